@@ -1,0 +1,313 @@
+"""The budget candidate tree, its attention mask and its acceptance walk.
+
+One block draft gives, for each offset ``1..D`` of the block, the head's top-k
+tokens and their log-probabilities. Offsets are conditionally independent given
+the context, so a path ``(t_1, ..., t_d)`` is scored by the sum of its per-offset
+log-probabilities. :func:`build_budget_tree` keeps the ``budget`` best-scoring
+paths, which together form a tree rooted at the last committed token.
+
+Index conventions used throughout:
+
+* nodes are numbered ``0..N-1`` and packed parents-first (a node's parent always
+  has a smaller index); ``parent == -1`` marks a child of the root;
+* a node's ``depth`` is the block offset it sits at, ``1..D``; the root has depth 0;
+* the verify pass sees the sequence ``[root, node_0, ..., node_{N-1}]``, so node
+  ``i`` is row ``i + 1`` of the mask and of the target's outputs.
+
+This module needs numpy only, so trees can be built and inspected with no model.
+"""
+
+from __future__ import annotations
+
+import functools
+import heapq
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = [
+    "Node",
+    "CandidateTree",
+    "accept_path",
+    "ancestors",
+    "as_tree",
+    "build_budget_tree",
+    "children_of",
+    "tree_mask",
+    "tree_positions",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """One candidate: ``token`` at block offset ``depth``, below node ``parent``
+    (``-1`` for the root), with path log-probability ``logprob``."""
+
+    token: int
+    depth: int
+    parent: int
+    logprob: float
+
+
+class CandidateTree(Sequence):
+    """A candidate tree: flat arrays, parents-first, that also read as nodes.
+
+    Attributes (each of shape ``(N,)``): ``tokens`` (int64), ``parents`` (int64,
+    ``-1`` for a child of the root), ``depths`` (int64, ``1..D``) and
+    ``logprobs`` (float64 path log-probabilities). The decoder's hot path uses
+    the arrays; indexing or iterating gives :class:`Node` objects, built on demand.
+    """
+
+    __slots__ = ("tokens", "parents", "depths", "logprobs")
+
+    def __init__(self, tokens, parents, depths, logprobs):
+        self.tokens = tokens
+        self.parents = parents
+        self.depths = depths
+        self.logprobs = logprobs
+
+    def __len__(self) -> int:
+        return int(self.tokens.shape[0])
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        return Node(
+            int(self.tokens[i]), int(self.depths[i]), int(self.parents[i]), float(self.logprobs[i])
+        )
+
+    def __repr__(self) -> str:
+        depth = int(self.depths.max()) if len(self) else 0
+        return f"CandidateTree(size={len(self)}, depth={depth})"
+
+
+def _is_count(x) -> bool:
+    return isinstance(x, (int, np.integer)) and not isinstance(x, bool)
+
+
+def build_budget_tree(
+    top_ids: np.ndarray, top_logprobs: np.ndarray, budget: int, branch_k: int
+) -> CandidateTree:
+    """Return the ``budget`` best candidate paths of one block draft.
+
+    Args:
+        top_ids: ``(D, k)`` integer token ids, row ``d`` for block offset ``d + 1``.
+        top_logprobs: ``(D, k)`` their log-probabilities, in ``[-inf, 0]``. Rows
+            sorted in descending order (as ``torch.topk`` gives) take a fast path;
+            other rows are sorted here, stably.
+        budget: the number of nodes to keep, ``>= 1``.
+        branch_k: how many of each offset's best entries may be used, ``1..k``.
+
+    Returns:
+        A :class:`CandidateTree` of ``min(budget, sum_{d=1..D} branch_k**d)``
+        nodes, packed parents-first. A node's ``logprob`` is the sum of the
+        per-offset log-probs along its path, added shallowest first; the kept
+        nodes are the highest-scoring paths among the paths of every depth.
+
+    Selection is best-first from the root: a node becomes a candidate only once
+    its parent is kept, so the tree is prefix-closed by construction whatever the
+    ties, and nodes are packed in the order they are kept. Ties are broken, in
+    order, toward the shallower node, then toward the child of the parent packed
+    earlier (the root first), then toward the better-ranked token, where rank is
+    the position after a stable descending sort of the offset's log-probs (equal
+    log-probs keep their input column order). ``-inf`` entries are legal and
+    rank last, so they enter only when the budget exceeds the number of finite
+    paths; the tree size never depends on them. ``D == 0`` gives an empty tree.
+    NaN, ``+inf`` or positive log-probs raise ``ValueError``.
+    """
+    ids = np.asarray(top_ids)
+    lp = np.asarray(top_logprobs, dtype=np.float64)
+    if lp.ndim != 2 or ids.shape != lp.shape:
+        raise ValueError(
+            "top_ids and top_logprobs must both have shape (D, k); "
+            f"got {ids.shape} and {lp.shape}"
+        )
+    if ids.dtype.kind not in "iu":
+        raise ValueError(f"top_ids must hold integer token ids; got dtype {ids.dtype}")
+    if not _is_count(budget) or budget < 1:
+        raise ValueError(f"budget must be an integer >= 1; got {budget!r}")
+    depth_max, k = lp.shape
+    if not _is_count(branch_k) or not 1 <= branch_k <= max(k, 1):
+        raise ValueError(f"branch_k must be an integer in [1, k={k}]; got {branch_k!r}")
+    if depth_max == 0:
+        empty = np.zeros(0, dtype=np.int64)
+        return CandidateTree(empty, empty, empty, np.zeros(0, dtype=np.float64))
+    # -inf is a legal log-probability (probability 0). NaN (max is NaN), +inf and
+    # positive values are not: the search relies on scores never rising with depth.
+    if not lp.max() <= 0.0:
+        bad = np.argwhere(~(lp <= 0.0))[0]
+        raise ValueError(
+            "top_logprobs must be log-probabilities in [-inf, 0]; "
+            f"got {lp[tuple(bad)]} at row {bad[0]}, column {bad[1]}"
+        )
+    if k > 1 and not (lp[:, 1:] <= lp[:, :-1]).all():
+        order = np.argsort(-lp, axis=1, kind="stable")
+        lp = np.take_along_axis(lp, order, axis=1)
+        ids = np.take_along_axis(ids, order, axis=1)
+    rows = lp[:, :branch_k].tolist()
+
+    # Best-first search over the implicit tree of all paths. Heap entries are
+    # (-score, depth, parent index, rank): unique per node, and ordered exactly
+    # by the documented tie-break. A node's next-ranked sibling is pushed only
+    # when the node itself is kept, so each kept node adds at most two entries.
+    kept: list[tuple[float, int, int, int]] = []
+    keep = kept.append
+    heap = [(-rows[0][0], 1, -1, 0)]
+    replace, push, pop = heapq.heapreplace, heapq.heappush, heapq.heappop
+    last = branch_k - 1
+    index = 0
+    while index < budget:
+        entry = heap[0]
+        keep(entry)
+        neg, depth, parent, rank = entry
+        sibling = None
+        if rank < last:
+            base = kept[parent][0] if parent >= 0 else 0.0
+            sibling = (base - rows[depth - 1][rank + 1], depth, parent, rank + 1)
+        if depth < depth_max:
+            replace(heap, (neg - rows[depth][0], depth + 1, index, 0))
+            if sibling is not None:
+                push(heap, sibling)
+        elif sibling is not None:
+            replace(heap, sibling)
+        else:
+            pop(heap)
+            if not heap:
+                index += 1
+                break
+        index += 1
+
+    negs, depths, parents, ranks = zip(*kept)
+    depths = np.array(depths, dtype=np.int64)
+    return CandidateTree(
+        ids[depths - 1, np.array(ranks)].astype(np.int64, copy=False),
+        np.array(parents, dtype=np.int64),
+        depths,
+        -np.array(negs, dtype=np.float64),
+    )
+
+
+def as_tree(nodes: CandidateTree | Sequence[Node]) -> CandidateTree:
+    """``nodes`` as a :class:`CandidateTree` (returned as is when it is one)."""
+    if isinstance(nodes, CandidateTree):
+        return nodes
+    n = len(nodes)
+    return CandidateTree(
+        np.fromiter((x.token for x in nodes), dtype=np.int64, count=n),
+        np.fromiter((x.parent for x in nodes), dtype=np.int64, count=n),
+        np.fromiter((x.depth for x in nodes), dtype=np.int64, count=n),
+        np.fromiter((x.logprob for x in nodes), dtype=np.float64, count=n),
+    )
+
+
+def children_of(nodes: CandidateTree | Sequence[Node], i: int) -> list[int]:
+    """Indices of the children of node ``i`` (``-1`` for the root), ascending."""
+    parents = as_tree(nodes).parents
+    if not -1 <= i < parents.shape[0]:
+        raise ValueError(f"node index must be in [-1, {parents.shape[0] - 1}]; got {i}")
+    return np.flatnonzero(parents == i).tolist()
+
+
+def ancestors(nodes: CandidateTree | Sequence[Node]) -> np.ndarray:
+    """Rows ``[root, node_0, ...]``: each row's ancestor chain, self first.
+
+    Returns ``(max_depth + 1, N + 1)`` int64: entry ``[j, r]`` is the row ``j``
+    steps above row ``r``, stopping at the root (row 0), which repeats.
+    """
+    tree = as_tree(nodes)
+    n1 = len(tree) + 1
+    up = np.zeros(n1, dtype=np.int64)  # the root points at itself
+    np.add(tree.parents, 1, out=up[1:])
+    steps = int(tree.depths.max()) if n1 > 1 else 0
+    chain = np.empty((steps + 1, n1), dtype=np.int64)
+    chain[0] = np.arange(n1)
+    # Pointer doubling: `up` is the 2**j-th ancestor, so each take fills as
+    # many chain rows as are already known (log2(depth) rounds, not depth).
+    have = 1
+    while have <= steps:
+        more = min(have, steps + 1 - have)
+        np.take(up, chain[:more], out=chain[have : have + more])
+        have += more
+        if have <= steps:
+            up = up[up]
+    return chain
+
+
+def tree_mask(
+    nodes: CandidateTree | Sequence[Node], past_len: int = 0, dtype=np.float32
+) -> np.ndarray:
+    """The additive attention mask for one verify pass over a candidate tree.
+
+    Query rows are ``[root, node_0, ..., node_{N-1}]``; key columns are
+    ``[past (past_len), root, node_0, ..., node_{N-1}]``. A row sees the whole
+    past, the root, its ancestors and itself.
+
+    Returns:
+        ``(N+1, past_len+N+1)`` array of ``dtype``: ``0`` where a row sees and
+        ``np.finfo(dtype).min`` (the most negative finite value) elsewhere. The
+        rows' position offsets come from :func:`tree_positions`.
+    """
+    if past_len < 0:
+        raise ValueError(f"past_len must be >= 0; got {past_len}")
+    chain = ancestors(nodes)
+    n1 = chain.shape[1]
+    mask = np.full((n1, past_len + n1), _most_negative(np.dtype(dtype)), dtype=dtype)
+    mask[:, :past_len] = 0
+    # Every chain ends at the root, so the root column is always visible.
+    mask[chain[0], chain + past_len] = 0
+    return mask
+
+
+@functools.cache
+def _most_negative(dtype: np.dtype) -> float:
+    return np.finfo(dtype).min
+
+
+def tree_positions(nodes: CandidateTree | Sequence[Node]) -> np.ndarray:
+    """Position offsets of ``[root, node_0, ...]`` from the root: ``(N+1,)`` int64.
+
+    A node's offset is its depth, so every path sees the positions it would have
+    as a plain sequence.
+    """
+    depths = as_tree(nodes).depths
+    out = np.zeros(depths.shape[0] + 1, dtype=np.int64)
+    out[1:] = depths
+    return out
+
+
+def accept_path(nodes: CandidateTree | Sequence[Node], target_next: np.ndarray) -> np.ndarray:
+    """The longest path the target itself would take through the tree.
+
+    Args:
+        nodes: the candidate tree.
+        target_next: ``(N+1,)`` the target's chosen next token after each row
+            ``[root, node_0, ...]`` of the verify pass.
+
+    Returns:
+        int64 node indices along the accepted path, shallowest first (empty when
+        the root's choice is not in the tree). The bonus token is
+        ``target_next[path[-1] + 1]``, or ``target_next[0]`` for an empty path.
+
+    A node is accepted when its token is the target's choice after its parent and
+    its parent is accepted. Siblings normally hold distinct tokens; where they
+    repeat one, the deepest accepted node wins, then the lowest index.
+    """
+    tree = as_tree(nodes)
+    parents = tree.parents
+    target_next = np.asarray(target_next)
+    if target_next.shape != (len(tree) + 1,):
+        raise ValueError(
+            f"target_next must have shape (N+1,) = ({len(tree) + 1},); got {target_next.shape}"
+        )
+    accepted = tree.tokens == target_next[parents + 1]
+    # Parents-first packing: one ascending sweep carries acceptance down paths.
+    for i in np.flatnonzero(accepted & (parents >= 0)).tolist():
+        accepted[i] = accepted[parents[i]]
+    if not accepted.any():
+        return np.zeros(0, dtype=np.int64)
+    leaf = int(np.flatnonzero(accepted)[np.argmax(tree.depths[accepted])])
+    path = [leaf]
+    while parents[path[-1]] >= 0:
+        path.append(int(parents[path[-1]]))
+    return np.array(path[::-1], dtype=np.int64)

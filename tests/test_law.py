@@ -1,0 +1,170 @@
+import json
+import math
+
+import numpy as np
+import pytest
+
+from glance import DraftabilityLaw
+from glance.law import rank_bins
+
+B0, B1, CAP = 2.0, 1.5, 15
+
+
+def simulate(n, seed, b0=B0, b1=B1, cap=CAP):
+    """Rounds drawn from the law itself: a ~ Geometric, cut at the cap."""
+    rng = np.random.default_rng(seed)
+    entropy = rng.uniform(0.0, 3.0, n)
+    p = 1.0 / (1.0 + np.exp(-(b0 - b1 * entropy)))
+    accepted = rng.geometric(1.0 - p) - 1  # failures before the first rejection
+    if cap is not None:
+        accepted = np.minimum(accepted, cap)
+    return entropy, accepted, p
+
+
+@pytest.fixture(scope="module")
+def rounds():
+    return simulate(20_000, seed=0)
+
+
+@pytest.fixture(scope="module")
+def law(rounds):
+    entropy, accepted, _ = rounds
+    return DraftabilityLaw.fit(entropy, accepted, cap=CAP)
+
+
+def test_fit_recovers_known_coefficients(law, rounds):
+    assert law.n == 20_000
+    assert law.n_censored == int((rounds[1] == CAP).sum()) > 0
+    assert law.b0 == pytest.approx(B0, rel=0.1)
+    assert law.b1 == pytest.approx(B1, rel=0.1)
+    assert law.converged
+    ok, conditions = law.holds()
+    assert ok, conditions
+
+
+def test_censoring_is_what_makes_the_fit_right(rounds):
+    # Reading capped rounds as exact lengths biases the slope; the cap fixes it.
+    entropy, accepted, _ = rounds
+    naive = DraftabilityLaw.fit(entropy, accepted)
+    assert abs(naive.b1 - B1) > abs(DraftabilityLaw.fit(entropy, accepted, cap=CAP).b1 - B1)
+
+
+def test_fit_without_cap_recovers_uncensored_data():
+    entropy, accepted, _ = simulate(20_000, seed=1, cap=None)
+    law = DraftabilityLaw.fit(entropy, accepted)
+    assert law.n_censored == 0
+    assert law.b0 == pytest.approx(B0, rel=0.1)
+    assert law.b1 == pytest.approx(B1, rel=0.1)
+
+
+def test_shuffled_entropy_fails_the_rank_condition(rounds):
+    entropy, accepted, _ = rounds
+    shuffled = np.random.default_rng(7).permutation(entropy)
+    ok, conditions = DraftabilityLaw.fit(shuffled, accepted, cap=CAP).holds()
+    assert not ok
+    assert not conditions["rank_negative"]
+
+
+def test_ceiling_matches_the_true_conditional_mean(law, rounds):
+    entropy, accepted, p = rounds
+    # The best any function of entropy can do is the true E[min(a, cap) | H].
+    true_mean = p * (1 - p**CAP) / (1 - p)
+    resid = ((accepted - true_mean) ** 2).sum()
+    true_r2 = 1 - resid / ((accepted - accepted.mean()) ** 2).sum()
+    assert law.r2_ceiling == pytest.approx(true_r2, abs=0.02)
+    # The law is the true model here, so it reaches the ceiling.
+    assert law.r2_round == pytest.approx(true_r2, abs=0.01)
+    assert law.r2_decile > 0.99
+
+
+def test_decile_curve(law, rounds):
+    entropy, accepted, _ = rounds
+    assert len(law.decile_count) == 10
+    assert sum(law.decile_count) == law.n
+    assert list(law.decile_entropy) == sorted(law.decile_entropy)
+    assert law.decile_accepted[0] > law.decile_accepted[-1]
+    low = entropy <= np.quantile(entropy, 0.1)
+    assert law.decile_accepted[0] == pytest.approx(accepted[low].mean(), rel=0.02)
+    assert law.spearman_rho < 0 and law.spearman_p < 1e-10
+
+
+def test_expected_is_vectorised(law):
+    h = np.array([[0.0, 0.5], [1.0, 2.0]])
+    out = law.expected(h)
+    assert out.shape == (2, 2)
+    assert np.allclose(out, np.exp(law.b0 - law.b1 * h))
+    p = law.p(0.5)
+    assert law.expected(0.5) == pytest.approx(p / (1 - p))
+    assert isinstance(law.expected(0.05), float)
+    capped = law.expected(h, cap=3)
+    assert (capped < out).all() and (capped <= 3).all()
+    assert law.expected(0.0, cap=1) == pytest.approx(law.p(0.0))
+
+
+def test_json_round_trip(law, tmp_path):
+    again = DraftabilityLaw.from_json(law.to_json())
+    assert again == law
+    path = tmp_path / "out" / "law.json"
+    law.save(path)
+    assert DraftabilityLaw.load(path) == law
+    assert [p.name for p in path.parent.iterdir()] == ["law.json"]  # no temp files left
+    data = json.loads(path.read_text())
+    del data["b1"]
+    path.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match=r"law\.json.*'b1' is missing"):
+        DraftabilityLaw.load(path)
+
+
+def test_nan_survives_json():
+    law = DraftabilityLaw.fit(np.ones(60), np.arange(60) % 3)
+    assert math.isnan(law.spearman_rho)
+    again = DraftabilityLaw.from_json(law.to_json())
+    assert math.isnan(again.spearman_rho)
+    assert "NaN" not in law.to_json()
+
+
+def test_degenerate_fits_do_not_hold():
+    rng = np.random.default_rng(2)
+    # Constant entropy.
+    ok, cond = DraftabilityLaw.fit(np.ones(100), rng.integers(0, 5, 100)).holds()
+    assert not ok and not cond["non_degenerate"]
+    # Constant accepted length.
+    ok, cond = DraftabilityLaw.fit(rng.uniform(0, 2, 100), np.full(100, 2)).holds()
+    assert not ok and not cond["non_degenerate"]
+    # Too few rounds, even with a real signal.
+    entropy, accepted, _ = simulate(49, seed=3)
+    ok, cond = DraftabilityLaw.fit(entropy, accepted, cap=CAP).holds()
+    assert not cond["non_degenerate"]
+
+
+def test_reversed_slope_fails():
+    entropy, accepted, _ = simulate(5_000, seed=4, b0=-1.0, b1=-1.0)
+    ok, cond = DraftabilityLaw.fit(entropy, accepted, cap=CAP).holds()
+    assert not ok
+    assert not cond["slope_positive"] and not cond["rank_negative"]
+
+
+@pytest.mark.parametrize(
+    ("entropy", "accepted", "cap", "match"),
+    [
+        ([0.1, 0.2], [1], None, "one value per round"),
+        ([0.1, math.nan], [1, 2], None, "round 1"),
+        ([0.1, -0.2], [1, 2], None, ">= 0; round 1"),
+        ([0.1, 0.2], [1, 2.5], None, "integers >= 0; round 1"),
+        ([0.1, 0.2], [1, -1], None, "integers >= 0; round 1"),
+        ([0.1, 0.2], [1, 4], 3, "exceeds cap at round 1"),
+        ([0.1, 0.2], [1, 2], 0, "cap must be"),
+        ([0.1], [1], None, "at least 2 rounds"),
+    ],
+)
+def test_bad_input_is_named(entropy, accepted, cap, match):
+    with pytest.raises(ValueError, match=match):
+        DraftabilityLaw.fit(entropy, accepted, cap=cap)
+
+
+def test_rank_bins_keep_ties_together():
+    values = np.array([0.0, 0.0, 0.0, 0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0])
+    bins = rank_bins(values, 5)
+    assert len(set(bins[:4].tolist())) == 1
+    assert bins.tolist() == sorted(bins.tolist())
+    assert bins.min() >= 0 and bins.max() == 4
