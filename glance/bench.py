@@ -48,8 +48,10 @@ def time_calls(fn, args_list, repeats: int) -> np.ndarray:
 
 def bench_tree(repeats: int, seed: int) -> None:
     print(f"candidate tree: build_budget_tree + tree_mask, {repeats} calls per setting")
-    print(f"{'D':>3} {'k':>3} {'budget':>6} {'median us':>10} {'p10 us':>8} {'p90 us':>8} "
-          f"{'build us':>9} {'mask us':>8} {'depth':>6}")
+    print(
+        f"{'D':>3} {'k':>3} {'budget':>6} {'median us':>10} {'p10 us':>8} {'p90 us':>8} "
+        f"{'build us':>9} {'mask us':>8} {'depth':>6}"
+    )
     for depth, k, budget in TREE_SETTINGS:
         drafts = synthetic_drafts(depth, k, 64, seed)
         trees = [build_budget_tree(ids, lp, budget, k) for ids, lp in drafts]
@@ -59,18 +61,25 @@ def bench_tree(repeats: int, seed: int) -> None:
 
         time_calls(both, drafts, 200)  # warm-up
         total = time_calls(both, drafts, repeats) * 1e6
-        build = time_calls(lambda i, lp, b=budget, k=k: build_budget_tree(i, lp, b, k),
-                           drafts, repeats) * 1e6
+        build = (
+            time_calls(lambda i, lp, b=budget, k=k: build_budget_tree(i, lp, b, k), drafts, repeats)
+            * 1e6
+        )
         mask = time_calls(tree_mask, [(t,) for t in trees], repeats) * 1e6
         mean_depth = np.mean([t.depths.max() for t in trees])
-        print(f"{depth:>3} {k:>3} {budget:>6} {np.median(total):>10.1f} "
-              f"{np.percentile(total, 10):>8.1f} {np.percentile(total, 90):>8.1f} "
-              f"{np.median(build):>9.1f} {np.median(mask):>8.1f} {mean_depth:>6.1f}")
+        print(
+            f"{depth:>3} {k:>3} {budget:>6} {np.median(total):>10.1f} "
+            f"{np.percentile(total, 10):>8.1f} {np.percentile(total, 90):>8.1f} "
+            f"{np.median(build):>9.1f} {np.median(mask):>8.1f} {mean_depth:>6.1f}"
+        )
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m glance.bench", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m glance.bench",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = parser.add_subparsers(dest="which", required=True)
     tree = sub.add_parser("tree", help="candidate tree build + mask")
     tree.add_argument("--repeats", type=int, default=5000)

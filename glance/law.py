@@ -136,9 +136,7 @@ class DraftabilityLaw:
     converged: bool
 
     @classmethod
-    def fit(
-        cls, entropy, accepted, cap=None, *, folds: int = 5, seed: int = 0
-    ) -> DraftabilityLaw:
+    def fit(cls, entropy, accepted, cap=None, *, folds: int = 5, seed: int = 0) -> DraftabilityLaw:
         """Fit the law by maximum likelihood on one ``(entropy, accepted)`` pair per round.
 
         Args:

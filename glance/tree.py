@@ -30,7 +30,6 @@ __all__ = [
     "Node",
     "CandidateTree",
     "accept_path",
-    "ancestors",
     "as_tree",
     "build_budget_tree",
     "children_of",
@@ -120,8 +119,7 @@ def build_budget_tree(
     lp = np.asarray(top_logprobs, dtype=np.float64)
     if lp.ndim != 2 or ids.shape != lp.shape:
         raise ValueError(
-            "top_ids and top_logprobs must both have shape (D, k); "
-            f"got {ids.shape} and {lp.shape}"
+            f"top_ids and top_logprobs must both have shape (D, k); got {ids.shape} and {lp.shape}"
         )
     if ids.dtype.kind not in "iu":
         raise ValueError(f"top_ids must hold integer token ids; got dtype {ids.dtype}")
@@ -178,7 +176,7 @@ def build_budget_tree(
                 break
         index += 1
 
-    negs, depths, parents, ranks = zip(*kept)
+    negs, depths, parents, ranks = zip(*kept, strict=True)
     depths = np.array(depths, dtype=np.int64)
     return CandidateTree(
         ids[depths - 1, np.array(ranks)].astype(np.int64, copy=False),
@@ -209,29 +207,14 @@ def children_of(nodes: CandidateTree | Sequence[Node], i: int) -> list[int]:
     return np.flatnonzero(parents == i).tolist()
 
 
-def ancestors(nodes: CandidateTree | Sequence[Node]) -> np.ndarray:
-    """Rows ``[root, node_0, ...]``: each row's ancestor chain, self first.
-
-    Returns ``(max_depth + 1, N + 1)`` int64: entry ``[j, r]`` is the row ``j``
-    steps above row ``r``, stopping at the root (row 0), which repeats.
-    """
-    tree = as_tree(nodes)
-    n1 = len(tree) + 1
-    up = np.zeros(n1, dtype=np.int64)  # the root points at itself
-    np.add(tree.parents, 1, out=up[1:])
-    steps = int(tree.depths.max()) if n1 > 1 else 0
-    chain = np.empty((steps + 1, n1), dtype=np.int64)
-    chain[0] = np.arange(n1)
-    # Pointer doubling: `up` is the 2**j-th ancestor, so each take fills as
-    # many chain rows as are already known (log2(depth) rounds, not depth).
-    have = 1
-    while have <= steps:
-        more = min(have, steps + 1 - have)
-        np.take(up, chain[:more], out=chain[have : have + more])
-        have += more
-        if have <= steps:
-            up = up[up]
-    return chain
+def _ancestor_bits(parents: list[int]) -> list[int]:
+    """Row ``r`` of ``[root, node_0, ...]`` as an int whose bit ``c`` is set iff
+    row ``r`` sees row ``c``. Parents-first packing makes this one sweep."""
+    bits = [1]
+    add = bits.append
+    for row, parent in enumerate(parents, 1):
+        add(bits[parent + 1] | (1 << row))
+    return bits
 
 
 def tree_mask(
@@ -250,18 +233,23 @@ def tree_mask(
     """
     if past_len < 0:
         raise ValueError(f"past_len must be >= 0; got {past_len}")
-    chain = ancestors(nodes)
-    n1 = chain.shape[1]
-    mask = np.full((n1, past_len + n1), _most_negative(np.dtype(dtype)), dtype=dtype)
-    mask[:, :past_len] = 0
-    # Every chain ends at the root, so the root column is always visible.
-    mask[chain[0], chain + past_len] = 0
+    bits = _ancestor_bits(as_tree(nodes).parents.tolist())
+    n1 = len(bits)
+    width = (n1 + 7) // 8
+    packed = np.frombuffer(b"".join([b.to_bytes(width, "little") for b in bits]), np.uint8)
+    visible = np.unpackbits(packed, bitorder="little").reshape(n1, 8 * width)[:, :n1]
+    zero, hidden = _mask_values(np.dtype(dtype))
+    tree_part = np.where(visible.view(bool), zero, hidden)
+    if past_len == 0:
+        return tree_part
+    mask = np.zeros((n1, past_len + n1), dtype=dtype)
+    mask[:, past_len:] = tree_part
     return mask
 
 
 @functools.cache
-def _most_negative(dtype: np.dtype) -> float:
-    return np.finfo(dtype).min
+def _mask_values(dtype: np.dtype) -> tuple[np.generic, np.generic]:
+    return dtype.type(0), np.finfo(dtype).min
 
 
 def tree_positions(nodes: CandidateTree | Sequence[Node]) -> np.ndarray:
