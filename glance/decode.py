@@ -1,0 +1,405 @@
+"""The decoding loops: the greedy oracle, the head as a chain, and the budget tree.
+
+All three share one interface and return the same :class:`Stats`. Batch size
+is 1: a batch larger than 1 is refused.
+
+One round of :func:`generate`, with ``L`` tokens in the target's cache and the
+last committed token (the *root*) at sequence index ``L``:
+
+1. one head pass over ``[root, MASK x depth]`` with the new context features;
+2. each offset's top-``branch_k`` log-probs become a budget tree (``glance.tree``);
+3. one target pass over ``[root, nodes]`` with the ancestor-only mask and
+   positions ``L + depth``;
+4. the walk commits the longest path the target itself takes, plus the target's
+   next token after it (the bonus);
+5. the target cache keeps past + root + accepted nodes; rejected nodes go;
+6. the verify pass's hidden states at root + accepted nodes are the next
+   round's context features.
+
+Timing (``timing=``): ``"decode_only"`` opens the clock after the prefill and
+after the first round's draft pass; ``"legacy"`` opens it before the prefill.
+Both synchronise the device before each read. ``ms_per_token`` divides the
+window by every new token, the prefill's included, as dflash does.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import torch
+
+from glance.head import check_head_fits, context_features, lm_head, noise_embedding
+from glance.tree import accept_path, build_budget_tree, tree_mask, tree_positions
+from glance.vl import StreamPositions, VisionPositions, text_config
+
+__all__ = ["Round", "Stats", "chain_generate", "generate", "greedy_generate"]
+
+TIMINGS = ("decode_only", "legacy")
+
+
+@dataclass(frozen=True)
+class Round:
+    """One decoding round.
+
+    ``accepted``: drafted tokens the target accepted (no bonus); ``committed``:
+    tokens the round added to the output (accepted + bonus, cut at a stop token
+    or ``max_new_tokens``); ``entropy``: the target's next-token entropy at the
+    root, in nats; ``tree_size``: nodes verified besides the root; ``draft_ms``,
+    ``verify_ms``: the two forward passes; ``host_ms``: everything else.
+    """
+
+    accepted: int
+    committed: int
+    entropy: float
+    tree_size: int
+    draft_ms: float
+    verify_ms: float
+    host_ms: float
+
+
+@dataclass(frozen=True)
+class Stats:
+    """A run's figures. ``tau`` pools rounds: committed tokens over rounds."""
+
+    new_tokens: int
+    tau: float
+    ms_per_token: float
+    prefill_ms: float
+    timing: str
+    rounds: tuple[Round, ...]
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _clock(device: torch.device) -> float:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
+
+
+def _entropy(logits: torch.Tensor) -> float:
+    logp = torch.log_softmax(logits.float(), dim=-1)
+    return float(-(logp.exp() * logp).sum())
+
+
+def _check_request(target, input_ids, max_new_tokens, positions, timing):
+    if input_ids.ndim != 2:
+        raise ValueError(f"input_ids must have shape (1, n); got {tuple(input_ids.shape)}")
+    if input_ids.shape[0] != 1:
+        raise ValueError(f"batch size must be 1; got input_ids of batch {input_ids.shape[0]}")
+    if input_ids.shape[1] < 1:
+        raise ValueError("input_ids must hold at least one token")
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int):
+        raise ValueError(f"max_new_tokens must be an int >= 1; got {max_new_tokens!r}")
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be >= 1; got {max_new_tokens}")
+    if timing not in TIMINGS:
+        raise ValueError(f"timing must be one of {TIMINGS}; got {timing!r}")
+    limit = text_config(target).max_position_embeddings
+    if input_ids.shape[1] + max_new_tokens > limit:
+        raise ValueError(
+            f"prompt of {input_ids.shape[1]} tokens + max_new_tokens {max_new_tokens} exceeds "
+            f"the target's max_position_embeddings {limit}"
+        )
+    image_token = getattr(target.config, "image_token_id", None)
+    if positions is None:
+        positions = StreamPositions()
+    if (
+        image_token is not None
+        and not isinstance(positions, VisionPositions)
+        and bool((input_ids == image_token).any())
+    ):
+        raise ValueError(
+            "the prompt holds image tokens but positions is not a VisionPositions; "
+            "pass positions=VisionPositions(pixel_values, image_grid_thw)"
+        )
+    return input_ids.to(target.device), positions
+
+
+def _cut(tokens: list[int], room: int, stops: frozenset[int]) -> tuple[list[int], bool]:
+    """Tokens that fit in ``room``, ending at the first stop token; and whether to stop."""
+    for i, token in enumerate(tokens[:room]):
+        if token in stops:
+            return tokens[: i + 1], True
+    return tokens[:room], len(tokens) >= room
+
+
+def _finish(input_ids, new, rounds, prefill_ms, window, timing, return_stats):
+    out = torch.cat([input_ids[0].cpu(), torch.tensor(new, dtype=input_ids.dtype)])[None]
+    if not return_stats:
+        return out
+    committed = sum(r.committed for r in rounds)
+    stats = Stats(
+        new_tokens=len(new),
+        tau=committed / len(rounds) if rounds else float("nan"),
+        ms_per_token=window * 1e3 / len(new),
+        prefill_ms=prefill_ms,
+        timing=timing,
+        rounds=tuple(rounds),
+    )
+    return out, stats
+
+
+@torch.inference_mode()
+def greedy_generate(
+    target,
+    input_ids: torch.Tensor,
+    max_new_tokens: int,
+    positions=None,
+    stop_token_ids=None,
+    timing: str = "decode_only",
+    return_stats: bool = False,
+):
+    """Plain greedy autoregression with a KV cache: the oracle.
+
+    Returns ``(1, n + new)`` token ids (prompt included) on the CPU, and with
+    ``return_stats`` also :class:`Stats` with one round per token.
+    """
+    from transformers import DynamicCache
+
+    input_ids, positions = _check_request(target, input_ids, max_new_tokens, positions, timing)
+    stops = frozenset(int(t) for t in (stop_token_ids or ()))
+    device = target.device
+    cache = DynamicCache(config=target.config)
+
+    start = _clock(device)
+    kwargs, delta = positions.prefill(target, input_ids)
+    out = target(
+        input_ids=input_ids, past_key_values=cache, use_cache=True, logits_to_keep=1, **kwargs
+    )
+    token = int(out.logits[0, -1].argmax())
+    prefill_end = _clock(device)
+    window_start = start if timing == "legacy" else prefill_end
+    new, rounds = [token], []
+    index = input_ids.shape[1]
+    while token not in stops and len(new) < max_new_tokens:
+        t0 = _clock(device)
+        out = target(
+            input_ids=torch.tensor([[token]], device=device),
+            position_ids=positions.rows(torch.tensor([index], device=device), delta),
+            past_key_values=cache,
+            use_cache=True,
+        )
+        logits = out.logits[0, -1]
+        token = int(logits.argmax())
+        t1 = _clock(device)
+        entropy = _entropy(logits) if return_stats else float("nan")
+        new.append(token)
+        index += 1
+        rounds.append(Round(0, 1, entropy, 0, 0.0, (t1 - t0) * 1e3, (_clock(device) - t1) * 1e3))
+    window = _clock(device) - window_start
+    return _finish(
+        input_ids, new, rounds, (prefill_end - start) * 1e3, window, timing, return_stats
+    )
+
+
+def _compact(cache, start: int, keep: torch.Tensor) -> None:
+    """Keep cache positions ``[0, start)`` then ``start + keep``; drop the rest."""
+    m = keep.shape[0]
+    for layer in cache.layers:
+        if m:
+            layer.keys[..., start : start + m, :] = layer.keys[..., start + keep, :]
+            layer.values[..., start : start + m, :] = layer.values[..., start + keep, :]
+        layer.keys = layer.keys[..., : start + m, :]
+        layer.values = layer.values[..., : start + m, :]
+
+
+def _crop_to(cache, length: int) -> None:
+    extra = cache.get_seq_length() - length
+    if extra > 0:
+        cache.crop(-extra)
+
+
+@torch.inference_mode()
+def _speculate(
+    head,
+    target,
+    input_ids,
+    max_new_tokens,
+    budget,
+    branch_k,
+    positions,
+    stop_token_ids,
+    timing,
+    return_stats,
+):
+    from transformers import DynamicCache
+
+    input_ids, positions = _check_request(target, input_ids, max_new_tokens, positions, timing)
+    check_head_fits(head, target)
+    stops = frozenset(int(t) for t in (stop_token_ids or ()))
+    device = target.device
+    block = int(head.block_size)
+    layer_ids = list(head.target_layer_ids)
+    output = lm_head(target)
+    target_cache = DynamicCache(config=target.config)
+    draft_cache = DynamicCache(config=head.config)
+
+    start = _clock(device)
+    kwargs, delta = positions.prefill(target, input_ids)
+    out = target(
+        input_ids=input_ids,
+        past_key_values=target_cache,
+        use_cache=True,
+        logits_to_keep=1,
+        output_hidden_states=True,
+        **kwargs,
+    )
+    root = int(out.logits[0, -1].argmax())
+    context = context_features(out.hidden_states, layer_ids)
+    prefill_end = _clock(device)
+    window_start = start if timing == "legacy" else None
+    new, rounds = [root], []
+    done = root in stops or max_new_tokens == 1
+    length = input_ids.shape[1]  # target cache length = the root's sequence index
+
+    while not done:
+        t0 = _clock(device)
+        depth = min(block - 1, max_new_tokens - len(new))
+        block_ids = torch.full((1, depth + 1), int(head.mask_token_id), device=device)
+        block_ids[0, 0] = root
+        hidden = head(
+            target_hidden=context,
+            noise_embedding=noise_embedding(head, target, block_ids),
+            position_ids=torch.arange(length - context.shape[1], length + depth + 1, device=device)[
+                None
+            ],
+            past_key_values=draft_cache,
+            use_cache=True,
+        )
+        _crop_to(draft_cache, length)
+        logp = torch.log_softmax(head.compute_logits(hidden[0, 1:], output).float(), dim=-1)
+        top_lp, top_ids = logp.topk(min(branch_k, logp.shape[-1]), dim=-1)
+        top_lp, top_ids = top_lp.cpu().numpy(), top_ids.cpu().numpy()
+        t1 = _clock(device)
+        if window_start is None:
+            window_start = t1
+
+        tree = build_budget_tree(top_ids, top_lp, budget, top_ids.shape[1])
+        visible = torch.from_numpy(tree_mask(tree) == 0).to(device)
+        n1 = visible.shape[0]
+        mask = torch.zeros((1, 1, n1, length + n1), dtype=target.dtype, device=device)
+        mask[0, 0, :, length:].masked_fill_(~visible, torch.finfo(target.dtype).min)
+        verify_ids = torch.from_numpy(np.concatenate([[root], tree.tokens])).to(device)[None]
+        index = torch.from_numpy(tree_positions(tree)).to(device) + length
+        t2 = _clock(device)
+        out = target(
+            input_ids=verify_ids,
+            position_ids=positions.rows(index, delta),
+            attention_mask=mask,
+            past_key_values=target_cache,
+            use_cache=True,
+            output_hidden_states=True,
+        )
+        logits = out.logits[0]
+        target_next = logits.argmax(dim=-1).cpu().numpy()
+        t3 = _clock(device)
+
+        path = accept_path(tree, target_next)
+        bonus = int(target_next[path[-1] + 1 if len(path) else 0])
+        committed, done = _cut(
+            tree.tokens[path].tolist() + [bonus], max_new_tokens - len(new), stops
+        )
+        new.extend(committed)
+        if not done:
+            rows = torch.from_numpy(path + 1).to(device)
+            _compact(target_cache, length + 1, rows - 1)
+            keep = torch.cat([torch.zeros(1, dtype=rows.dtype, device=device), rows])
+            context = context_features(out.hidden_states, layer_ids)[:, keep]
+            length += 1 + len(path)
+            root = bonus
+        entropy = _entropy(logits[0]) if return_stats else float("nan")
+        t4 = _clock(device)
+        rounds.append(
+            Round(
+                accepted=len(path),
+                committed=len(committed),
+                entropy=entropy,
+                tree_size=len(tree),
+                draft_ms=(t1 - t0) * 1e3,
+                verify_ms=(t3 - t2) * 1e3,
+                host_ms=((t2 - t1) + (t4 - t3)) * 1e3,
+            )
+        )
+    window = _clock(device) - (window_start if window_start is not None else prefill_end)
+    return _finish(
+        input_ids, new, rounds, (prefill_end - start) * 1e3, window, timing, return_stats
+    )
+
+
+def generate(
+    head,
+    target,
+    input_ids: torch.Tensor,
+    max_new_tokens: int,
+    budget: int = 63,
+    branch_k: int = 8,
+    positions=None,
+    stop_token_ids=None,
+    timing: str = "decode_only",
+    return_stats: bool = False,
+):
+    """Decode with a budget tree per round; at temperature 0, exactly greedy.
+
+    Args:
+        head: a ``dflash.DFlashDraftModel`` that fits ``target``.
+        target: the frozen target model.
+        input_ids: ``(1, n)`` prompt ids.
+        max_new_tokens: exact cap on new tokens, ``>= 1``.
+        budget: tree nodes verified per round (besides the root), ``>= 1``.
+        branch_k: candidates per block offset, ``>= 1``.
+        positions: :class:`~glance.vl.VisionPositions` for a VL prompt with an
+            image; ``None`` means :class:`~glance.vl.StreamPositions`.
+        stop_token_ids: the output ends right after the first of these.
+        timing: ``"decode_only"`` or ``"legacy"`` (see the module docstring).
+        return_stats: also return :class:`Stats`.
+
+    Returns:
+        ``(1, n + new)`` token ids on the CPU, prompt included; with
+        ``return_stats``, ``(ids, stats)``.
+    """
+    if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
+        raise ValueError(f"budget must be an int >= 1; got {budget!r}")
+    if isinstance(branch_k, bool) or not isinstance(branch_k, int) or branch_k < 1:
+        raise ValueError(f"branch_k must be an int >= 1; got {branch_k!r}")
+    return _speculate(
+        head,
+        target,
+        input_ids,
+        max_new_tokens,
+        budget,
+        branch_k,
+        positions,
+        stop_token_ids,
+        timing,
+        return_stats,
+    )
+
+
+def chain_generate(
+    head,
+    target,
+    input_ids: torch.Tensor,
+    max_new_tokens: int,
+    positions=None,
+    stop_token_ids=None,
+    timing: str = "decode_only",
+    return_stats: bool = False,
+):
+    """Decode with the head's argmax spine only: a width-1 tree of depth
+    ``block_size - 1``. Same arguments and returns as :func:`generate`."""
+    return _speculate(
+        head,
+        target,
+        input_ids,
+        max_new_tokens,
+        int(head.block_size) - 1,
+        1,
+        positions,
+        stop_token_ids,
+        timing,
+        return_stats,
+    )

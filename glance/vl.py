@@ -1,0 +1,137 @@
+"""Loading targets, and the position ids every target pass needs.
+
+A decoding run asks its ``positions`` object for two things: the keyword
+arguments of the prefill pass (:meth:`prefill`), and the ``position_ids`` of a
+later pass over tokens at given sequence indices (:meth:`rows`).
+
+* :class:`StreamPositions` (the default) serves text targets: position = index.
+* :class:`VisionPositions` serves Qwen2-VL, Qwen2.5-VL and Qwen3-VL. The prefill
+  gets the image inputs and the M-RoPE ids from the model's own
+  ``get_rope_index``; every later pass gets three explicit rows, each
+  ``index + rope_delta``. (transformers 5.x would broadcast 2-D ids to all rows
+  without the delta, so the rows are always passed.)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+__all__ = ["StreamPositions", "VisionPositions", "load_target", "text_config"]
+
+
+def text_config(target):
+    """The language-model config of ``target`` (itself for a text model)."""
+    return target.config.get_text_config()
+
+
+class StreamPositions:
+    """Plain 1-D positions for text targets: a token's position is its index."""
+
+    def prefill(self, target, input_ids: torch.Tensor) -> tuple[dict, int]:
+        """Extra prefill kwargs and the rope delta (always 0 here)."""
+        n = input_ids.shape[1]
+        return {"position_ids": torch.arange(n, device=input_ids.device)[None]}, 0
+
+    def rows(self, index: torch.Tensor, delta: int) -> torch.Tensor:
+        """``position_ids`` of shape ``(1, n)`` for tokens at sequence ``index`` ``(n,)``."""
+        return index[None]
+
+
+class VisionPositions:
+    """M-RoPE positions and the image inputs of one Qwen-VL prompt.
+
+    Args:
+        pixel_values, image_grid_thw: as the model's processor returns them.
+        mm_token_type_ids: 0 text, 1 image, 2 video per prompt token; computed
+            from the config's image and video token ids when omitted.
+        **extra: any other prefill-only inputs (e.g. ``second_per_grid_ts``).
+    """
+
+    def __init__(self, pixel_values, image_grid_thw, mm_token_type_ids=None, **extra):
+        self.pixel_values = pixel_values
+        self.image_grid_thw = image_grid_thw
+        self.mm_token_type_ids = mm_token_type_ids
+        self.extra = extra
+
+    def _token_types(self, target, input_ids: torch.Tensor) -> torch.Tensor:
+        if self.mm_token_type_ids is not None:
+            types = self.mm_token_type_ids.to(input_ids.device)
+            if types.shape != input_ids.shape:
+                raise ValueError(
+                    f"mm_token_type_ids has shape {tuple(types.shape)}; "
+                    f"expected the prompt's {tuple(input_ids.shape)}"
+                )
+            return types
+        config = target.config
+        types = torch.zeros_like(input_ids, dtype=torch.int32)
+        types[input_ids == config.image_token_id] = 1
+        video = getattr(config, "video_token_id", None)
+        if video is not None:
+            types[input_ids == video] = 2
+        return types
+
+    def prefill(self, target, input_ids: torch.Tensor) -> tuple[dict, int]:
+        """Prefill kwargs (images, token types, 3-row M-RoPE ids) and the rope delta."""
+        device = input_ids.device
+        types = self._token_types(target, input_ids)
+        grid = self.image_grid_thw.to(device)
+        extra = {k: v.to(device) if torch.is_tensor(v) else v for k, v in self.extra.items()}
+        position_ids, deltas = target.model.get_rope_index(
+            input_ids, mm_token_type_ids=types, image_grid_thw=grid, **extra
+        )
+        kwargs = {
+            "pixel_values": self.pixel_values.to(device, target.dtype),
+            "image_grid_thw": grid,
+            "mm_token_type_ids": types,
+            "position_ids": position_ids,
+            **extra,
+        }
+        return kwargs, int(deltas.reshape(-1)[0])
+
+    def rows(self, index: torch.Tensor, delta: int) -> torch.Tensor:
+        """``position_ids`` of shape ``(3, 1, n)``: ``index + delta`` on every row."""
+        return (index + delta).view(1, 1, -1).expand(3, 1, -1)
+
+
+def load_target(
+    name_or_path,
+    dtype=torch.bfloat16,
+    device="cpu",
+    attn_implementation: str = "sdpa",
+    trust_remote_code: bool = False,
+):
+    """Load a frozen target and its processor: ``(model, processor)``.
+
+    Vision-language checkpoints (their config has a ``vision_config``) load
+    through ``AutoModelForImageTextToText`` and ``AutoProcessor``; text
+    checkpoints through ``AutoModelForCausalLM`` and ``AutoTokenizer``. Works
+    for a hub name where the weights are reachable and for a local directory
+    written by ``save_pretrained``. ``processor`` is ``None`` when the checkpoint
+    ships no tokenizer or processor files. The model is in eval mode with
+    gradients off.
+    """
+    import transformers as tf
+
+    local = Path(str(name_or_path))
+    if local.exists() and not (local / "config.json").is_file():
+        raise ValueError(f"{local}: no config.json, so this is not a saved checkpoint")
+    config = tf.AutoConfig.from_pretrained(name_or_path, trust_remote_code=trust_remote_code)
+    vision = hasattr(config, "vision_config")
+    model_cls = tf.AutoModelForImageTextToText if vision else tf.AutoModelForCausalLM
+    model = model_cls.from_pretrained(
+        name_or_path,
+        dtype=dtype,
+        attn_implementation=attn_implementation,
+        trust_remote_code=trust_remote_code,
+    )
+    model = model.to(device).eval().requires_grad_(False)
+    processor_cls = tf.AutoProcessor if vision else tf.AutoTokenizer
+    try:
+        processor = processor_cls.from_pretrained(name_or_path, trust_remote_code=trust_remote_code)
+    except (OSError, ValueError, TypeError):
+        if not local.is_dir():
+            raise
+        processor = None  # a bare local checkpoint, e.g. a test model
+    return model, processor

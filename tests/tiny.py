@@ -1,0 +1,159 @@
+"""Tiny random-weight targets and DFlash heads, built from configs for tests.
+
+Weights are re-drawn with a larger std than the default so that greedy outputs
+vary (the default init gives near-constant text, which makes a weak test).
+"""
+
+from __future__ import annotations
+
+import torch
+
+VOCAB = 96
+# Special ids inside the vocabulary, shared by every VL target here.
+IMAGE, VIDEO, VISION_START, VISION_END, MASK = 90, 91, 92, 93, 95
+TEXT_LAYERS = 4
+
+
+def _text_kwargs(**extra):
+    return dict(
+        vocab_size=VOCAB,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=TEXT_LAYERS,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        **extra,
+    )
+
+
+def build_target(kind: str, seed: int = 0, std: float = 0.08):
+    """A random ``kind`` target in float64: qwen3, qwen2_vl, qwen2_5_vl or qwen3_vl."""
+    import transformers as tf
+
+    torch.manual_seed(seed)
+    vl_ids = dict(
+        image_token_id=IMAGE,
+        video_token_id=VIDEO,
+        vision_start_token_id=VISION_START,
+        vision_end_token_id=VISION_END,
+    )
+    if kind == "qwen3":
+        config = tf.Qwen3Config(**_text_kwargs(head_dim=16, rope_theta=100.0))
+        model = tf.Qwen3ForCausalLM(config)
+    elif kind in ("qwen2_vl", "qwen2_5_vl"):
+        text = _text_kwargs(
+            rope_parameters={
+                "rope_type": "default",
+                "rope_theta": 100.0,
+                "mrope_section": [2, 3, 3],
+            }
+        )
+        if kind == "qwen2_vl":
+            vision = dict(
+                depth=2,
+                embed_dim=32,
+                hidden_size=64,
+                num_heads=2,
+                mlp_ratio=2,
+                patch_size=4,
+                spatial_merge_size=2,
+                temporal_patch_size=2,
+                in_channels=3,
+            )
+            config = tf.Qwen2VLConfig(text_config=text, vision_config=vision, **vl_ids)
+            model = tf.Qwen2VLForConditionalGeneration(config)
+        else:
+            vision = dict(
+                depth=2,
+                hidden_size=32,
+                out_hidden_size=64,
+                intermediate_size=64,
+                num_heads=2,
+                patch_size=4,
+                spatial_merge_size=2,
+                temporal_patch_size=2,
+                in_channels=3,
+                window_size=16,
+                fullatt_block_indexes=[1],
+            )
+            config = tf.Qwen2_5_VLConfig(text_config=text, vision_config=vision, **vl_ids)
+            model = tf.Qwen2_5_VLForConditionalGeneration(config)
+    elif kind == "qwen3_vl":
+        text = _text_kwargs(
+            head_dim=16,
+            rope_parameters={
+                "rope_type": "default",
+                "rope_theta": 100.0,
+                "mrope_section": [2, 3, 3],
+                "mrope_interleaved": True,
+            },
+        )
+        vision = dict(
+            depth=2,
+            hidden_size=32,
+            intermediate_size=64,
+            num_heads=2,
+            patch_size=4,
+            spatial_merge_size=2,
+            temporal_patch_size=2,
+            out_hidden_size=64,
+            num_position_embeddings=64,
+            deepstack_visual_indexes=[0],
+        )
+        config = tf.Qwen3VLConfig(text_config=text, vision_config=vision, **vl_ids)
+        model = tf.Qwen3VLForConditionalGeneration(config)
+    else:
+        raise ValueError(f"unknown target kind {kind!r}")
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.ndim >= 2:
+                p.normal_(0.0, std)
+    return model.to(torch.float64).eval()
+
+
+def build_head(target, seed: int = 1, block_size: int = 8, layers: int = 1, std: float = 0.08):
+    """A random DFlash head that fits ``target``, in float64."""
+    from dflash import DFlashDraftModel
+    from transformers import Qwen3Config
+
+    torch.manual_seed(seed)
+    text = target.config.get_text_config()
+    config = Qwen3Config(
+        vocab_size=text.vocab_size,
+        hidden_size=text.hidden_size,
+        intermediate_size=128,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        max_position_embeddings=512,
+        rope_theta=100.0,
+    )
+    config.num_target_layers = text.num_hidden_layers
+    config.dflash_config = {
+        "target_layer_ids": [0, text.num_hidden_layers - 2],
+        "mask_token_id": MASK,
+        "block_size": block_size,
+    }
+    head = DFlashDraftModel(config)
+    with torch.no_grad():
+        for _, p in head.named_parameters():
+            if p.ndim >= 2:
+                p.normal_(0.0, std)
+    return head.to(torch.float64).eval()
+
+
+def image_prompt(target, text_before: list[int], text_after: list[int], grid=(1, 4, 4), seed=0):
+    """input_ids with one image, plus the image inputs the VL target needs."""
+    vision = target.config.vision_config
+    t, h, w = grid
+    merge = vision.spatial_merge_size
+    n_image = t * h * w // (merge * merge)
+    ids = text_before + [VISION_START] + [IMAGE] * n_image + [VISION_END] + text_after
+    g = torch.Generator().manual_seed(seed)
+    patch = vision.in_channels * vision.temporal_patch_size * vision.patch_size**2
+    pixel_values = torch.randn(t * h * w, patch, generator=g, dtype=torch.float64)
+    input_ids = torch.tensor([ids])
+    mm = (input_ids == IMAGE).to(torch.int32)
+    return input_ids, pixel_values, torch.tensor([list(grid)]), mm
