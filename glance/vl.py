@@ -127,11 +127,17 @@ def load_target(
         trust_remote_code=trust_remote_code,
     )
     model = model.to(device).eval().requires_grad_(False)
+    if local.is_dir() and not any((local / f).is_file() for f in _PROCESSOR_FILES):
+        return model, None  # a bare local checkpoint, e.g. a test model
     processor_cls = tf.AutoProcessor if vision else tf.AutoTokenizer
-    try:
-        processor = processor_cls.from_pretrained(name_or_path, trust_remote_code=trust_remote_code)
-    except (OSError, ValueError, TypeError):
-        if not local.is_dir():
-            raise
-        processor = None  # a bare local checkpoint, e.g. a test model
+    processor = processor_cls.from_pretrained(name_or_path, trust_remote_code=trust_remote_code)
     return model, processor
+
+
+# Files whose presence means a checkpoint ships its tokenizer or processor.
+_PROCESSOR_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "processor_config.json",
+    "preprocessor_config.json",
+)

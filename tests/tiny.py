@@ -23,6 +23,8 @@ def _text_kwargs(**extra):
         num_attention_heads=4,
         num_key_value_heads=2,
         max_position_embeddings=512,
+        bos_token_id=None,
+        eos_token_id=None,
         **extra,
     )
 
@@ -106,7 +108,7 @@ def build_target(kind: str, seed: int = 0, std: float = 0.08):
     else:
         raise ValueError(f"unknown target kind {kind!r}")
     with torch.no_grad():
-        for name, p in model.named_parameters():
+        for p in model.parameters():
             if p.ndim >= 2:
                 p.normal_(0.0, std)
     return model.to(torch.float64).eval()
@@ -138,7 +140,7 @@ def build_head(target, seed: int = 1, block_size: int = 8, layers: int = 1, std:
     }
     head = DFlashDraftModel(config)
     with torch.no_grad():
-        for _, p in head.named_parameters():
+        for p in head.parameters():
             if p.ndim >= 2:
                 p.normal_(0.0, std)
     return head.to(torch.float64).eval()
@@ -157,3 +159,59 @@ def image_prompt(target, text_before: list[int], text_after: list[int], grid=(1,
     input_ids = torch.tensor([ids])
     mm = (input_ids == IMAGE).to(torch.int32)
     return input_ids, pixel_values, torch.tensor([list(grid)]), mm
+
+
+class OracleHead(torch.nn.Module):
+    """A stand-in head whose drafts are rigged toward a known greedy sequence.
+
+    At block offset ``j`` (sequence index ``p``) it ranks ``reference[p]`` first,
+    except at offsets in ``corrupt`` (and, with ``corrupt_rate``, at offsets
+    drawn afresh per draft), where a wrong token ranks first and the right one
+    second. Other tokens get small random scores. It has the
+    attributes and call signature the decoders (and dflash's own loop) use.
+    """
+
+    def __init__(self, target, reference, block_size=8, corrupt=(), seed=0, corrupt_rate=0.0):
+        from transformers import Qwen3Config
+
+        super().__init__()
+        text = target.config.get_text_config()
+        self.config = Qwen3Config(
+            vocab_size=text.vocab_size,
+            hidden_size=text.hidden_size,
+            num_hidden_layers=1,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=16,
+        )
+        self.block_size = block_size
+        self.mask_token_id = MASK
+        self.target_layer_ids = [0, 1]
+        self.reference = list(reference)
+        self.corrupt = frozenset(corrupt)
+        self.corrupt_rate = corrupt_rate
+        self.vocab = text.vocab_size
+        self.generator = torch.Generator().manual_seed(seed)
+        self.dummy = torch.nn.Parameter(torch.zeros(1, dtype=torch.float64))
+
+    def forward(self, target_hidden, noise_embedding, position_ids, **kwargs):
+        # Hand the block's sequence indices through to compute_logits.
+        block = noise_embedding.shape[1]
+        return position_ids[:, -block:, None].to(torch.float64)
+
+    def compute_logits(self, hidden, output_head):
+        positions = hidden[..., 0].long()
+        flat = positions.reshape(-1)
+        logits = torch.rand(flat.shape[0], self.vocab, generator=self.generator).double()
+        start = int(flat.min()) - 1  # the root sits one before the first drafted offset
+        drawn = torch.rand(flat.shape[0], generator=self.generator) < self.corrupt_rate
+        for row, p in enumerate(flat.tolist()):
+            if p >= len(self.reference):
+                continue
+            right = self.reference[p]
+            if p - start in self.corrupt or drawn[row]:
+                logits[row, (right + 1) % self.vocab] = 10.0
+                logits[row, right] = 9.0
+            else:
+                logits[row, right] = 10.0
+        return logits.reshape(*positions.shape, self.vocab)

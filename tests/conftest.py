@@ -1,0 +1,71 @@
+"""Session-wide tiny models, saved once with save_pretrained and loaded back
+through the same paths real checkpoints take."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+KINDS = ("qwen3", "qwen2_vl", "qwen2_5_vl", "qwen3_vl")
+
+
+@dataclass
+class World:
+    kind: str
+    target: object
+    head: object
+    input_ids: object
+    positions: object  # None for text targets
+    hf_kwargs: dict  # image inputs for target.generate
+    reference: object  # target.generate(do_sample=False) ids, 96 new tokens
+
+
+@pytest.fixture(scope="session")
+def checkpoints(tmp_path_factory):
+    import tiny
+
+    root = tmp_path_factory.mktemp("checkpoints")
+    paths = {}
+    for kind in KINDS:
+        target = tiny.build_target(kind)
+        head = tiny.build_head(target)
+        target.save_pretrained(root / kind / "target")
+        head.save_pretrained(root / kind / "head")
+        paths[kind] = (root / kind / "target", root / kind / "head")
+    return paths
+
+
+def _prompt(kind, target):
+    import tiny
+    import torch
+
+    from glance.vl import VisionPositions
+
+    before, after = [3, 17, 42, 8], [11, 29, 5, 60, 2]
+    if kind == "qwen3":
+        return torch.tensor([before + after]), None, {}
+    ids, pixels, grid, types = tiny.image_prompt(target, before, after)
+    positions = VisionPositions(pixels, grid, types)
+    return ids, positions, dict(pixel_values=pixels, image_grid_thw=grid, mm_token_type_ids=types)
+
+
+@pytest.fixture(scope="session", params=KINDS)
+def world(request, checkpoints):
+    import torch
+
+    from glance import load_block_head
+    from glance.vl import load_target
+
+    kind = request.param
+    target_path, head_path = checkpoints[kind]
+    target, processor = load_target(target_path, dtype=torch.float64)
+    assert processor is None  # the tiny checkpoints ship no tokenizer
+    head = load_block_head(head_path, target=target)
+    input_ids, positions, hf_kwargs = _prompt(kind, target)
+    reference = target.generate(input_ids, do_sample=False, max_new_tokens=96, **hf_kwargs)
+    return World(kind, target, head, input_ids, positions, hf_kwargs, reference)

@@ -1,0 +1,222 @@
+"""Losslessness of every decoding path against greedy decoding, in float64."""
+
+from __future__ import annotations
+
+import pytest
+import tiny  # noqa: E402
+import torch  # noqa: E402
+
+import glance  # noqa: E402
+from glance.decode import Stats  # noqa: E402
+
+N_NEW = 64
+
+
+def new_tokens(ids, world):
+    return ids[0, world.input_ids.shape[1] :].tolist()
+
+
+def expected(world, n=N_NEW, stops=()):
+    ref = new_tokens(world.reference, world)[:n]
+    for i, t in enumerate(ref):
+        if t in stops:
+            return ref[: i + 1]
+    return ref
+
+
+def a_stop(world):
+    """A token greedy decoding emits mid-way, so a stop there cuts the output."""
+    ref = new_tokens(world.reference, world)
+    return ref[N_NEW // 2]
+
+
+def test_greedy_matches_transformers_generate(world):
+    ids = glance.greedy_generate(world.target, world.input_ids, N_NEW, positions=world.positions)
+    assert new_tokens(ids, world) == expected(world)
+    assert len(set(expected(world))) >= 4  # the reference is not a constant run
+
+
+@pytest.mark.parametrize("budget", [1, 2, 7, 63])
+@pytest.mark.parametrize("branch_k", [1, 3, 8])
+def test_tree_matches_greedy(world, budget, branch_k):
+    out = glance.generate(
+        world.head,
+        world.target,
+        world.input_ids,
+        N_NEW,
+        budget=budget,
+        branch_k=branch_k,
+        positions=world.positions,
+    )
+    assert new_tokens(out, world) == expected(world)
+    stop = a_stop(world)
+    out = glance.generate(
+        world.head,
+        world.target,
+        world.input_ids,
+        N_NEW,
+        budget=budget,
+        branch_k=branch_k,
+        positions=world.positions,
+        stop_token_ids=[stop],
+    )
+    assert new_tokens(out, world) == expected(world, stops={stop})
+
+
+def test_chain_and_greedy_with_stops(world):
+    stop = a_stop(world)
+    for fn, args in (
+        (glance.chain_generate, (world.head, world.target)),
+        (glance.greedy_generate, (world.target,)),
+    ):
+        out = fn(*args, world.input_ids, N_NEW, positions=world.positions)
+        assert new_tokens(out, world) == expected(world)
+        out = fn(*args, world.input_ids, N_NEW, positions=world.positions, stop_token_ids=[stop])
+        assert new_tokens(out, world) == expected(world, stops={stop})
+
+
+def test_max_new_tokens_is_exact(world):
+    for n in (1, 2, 9):
+        out = glance.generate(
+            world.head, world.target, world.input_ids, n, positions=world.positions
+        )
+        assert new_tokens(out, world) == expected(world, n)
+
+
+def cache_lengths(target):
+    """Record (cache length, root index, root token) at every multi-token target pass."""
+    seen = []
+
+    def hook(module, args, kwargs):
+        ids = kwargs["input_ids"]
+        cache = kwargs.get("past_key_values")
+        if cache is not None and ids.shape[1] > 1 and cache.get_seq_length() > 0:
+            pos = kwargs["position_ids"]
+            seen.append((cache.get_seq_length(), int(ids[0, 0]), pos))
+        return None
+
+    return seen, target.register_forward_pre_hook(hook, with_kwargs=True)
+
+
+@pytest.mark.parametrize(
+    ("corrupt", "budget", "branch_k"),
+    [((), 63, 8), ((), 7, 1), ((3,), 63, 2), ((1, 4, 6), 63, 3), ((2, 5), 20, 4)],
+)
+def test_oracle_head_accepts_deep_and_sideways(world, corrupt, budget, branch_k):
+    block = 8
+    prompt = world.input_ids[0].tolist()
+    reference = prompt + new_tokens(world.reference, world)
+    head = tiny.OracleHead(world.target, reference, block_size=block, corrupt=corrupt)
+    seen, handle = cache_lengths(world.target)
+    try:
+        out, stats = glance.generate(
+            head,
+            world.target,
+            world.input_ids,
+            N_NEW,
+            budget=budget,
+            branch_k=branch_k,
+            positions=world.positions,
+            return_stats=True,
+        )
+    finally:
+        handle.remove()
+    assert new_tokens(out, world) == expected(world)
+    full = [r for r in stats.rounds[:-1]]
+    # Rigged drafts: every corrupted offset's right token is the 2nd choice, so a
+    # wide enough tree still accepts the whole block down a side branch.
+    if branch_k >= 2 or not corrupt:
+        assert all(r.accepted == block - 1 and r.committed == block for r in full)
+        assert stats.tau >= block - 1
+    # The target cache holds exactly prompt + committed tokens at every round:
+    # rejected nodes never stay behind.
+    committed = len(prompt) + 1
+    assert len(seen) == len(stats.rounds)
+    for (cache_len, root, _), r in zip(seen, stats.rounds, strict=True):
+        assert cache_len == committed - 1
+        assert root == reference[committed - 1]
+        committed += r.committed
+
+
+def test_oracle_chain_stops_at_the_first_wrong_offset(world):
+    prompt = world.input_ids[0].tolist()
+    reference = prompt + new_tokens(world.reference, world)
+    head = tiny.OracleHead(world.target, reference, block_size=8, corrupt=(3,))
+    out, stats = glance.chain_generate(
+        head, world.target, world.input_ids, N_NEW, positions=world.positions, return_stats=True
+    )
+    assert new_tokens(out, world) == expected(world)
+    assert all(r.accepted == 2 for r in stats.rounds[:-1])
+
+
+def test_stats_are_consistent(world):
+    out, stats = glance.generate(
+        world.head,
+        world.target,
+        world.input_ids,
+        20,
+        positions=world.positions,
+        return_stats=True,
+    )
+    assert isinstance(stats, Stats)
+    assert stats.new_tokens == 20 == out.shape[1] - world.input_ids.shape[1]
+    # The prefill yields the first token; rounds commit the rest.
+    assert sum(r.committed for r in stats.rounds) == 19
+    assert stats.tau == pytest.approx(19 / len(stats.rounds))
+    assert all(r.committed == r.accepted + 1 for r in stats.rounds[:-1])
+    assert all(0 < r.tree_size <= 63 and r.entropy >= 0 for r in stats.rounds)
+    assert stats.ms_per_token > 0 and stats.timing == "decode_only"
+    _, legacy = glance.generate(
+        world.head,
+        world.target,
+        world.input_ids,
+        20,
+        positions=world.positions,
+        timing="legacy",
+        return_stats=True,
+    )
+    assert legacy.timing == "legacy"
+
+
+# Property: any seed, prompt, budget and branch_k decodes exactly as greedy does.
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def text_world(checkpoints):
+    from glance.vl import load_target
+
+    target, _ = load_target(checkpoints["qwen3"][0], dtype=torch.float64)
+    head = glance.load_block_head(checkpoints["qwen3"][1], target=target)
+    return target, head
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    seed=st.integers(0, 10_000),
+    prompt_len=st.integers(1, 24),
+    budget=st.integers(1, 80),
+    branch_k=st.integers(1, 6),
+    n_new=st.integers(1, 40),
+    corrupt=st.sets(st.integers(1, 7), max_size=4),
+    use_oracle=st.booleans(),
+)
+def test_generate_is_greedy_for_any_input(
+    text_world, seed, prompt_len, budget, branch_k, n_new, corrupt, use_oracle
+):
+    target, head = text_world
+    g = torch.Generator().manual_seed(seed)
+    prompt = torch.randint(0, tiny.MASK, (1, prompt_len), generator=g)
+    want = glance.greedy_generate(target, prompt, n_new + 8)
+    if use_oracle:
+        head = tiny.OracleHead(target, want[0].tolist(), block_size=8, corrupt=corrupt, seed=seed)
+    stop = int(want[0, prompt_len + n_new // 2])
+    for stops in (None, [stop]):
+        out = glance.generate(
+            head, target, prompt, n_new, budget=budget, branch_k=branch_k, stop_token_ids=stops
+        )
+        ref = glance.greedy_generate(target, prompt, n_new, stop_token_ids=stops)
+        assert out.tolist() == ref.tolist()
