@@ -47,7 +47,9 @@ class Round:
     tokens the round added to the output (accepted + bonus, cut at a stop token
     or ``max_new_tokens``); ``entropy``: the target's next-token entropy at the
     root, in nats; ``tree_size``: nodes verified besides the root; ``draft_ms``,
-    ``verify_ms``: the two forward passes; ``host_ms``: everything else.
+    ``verify_ms``: the two forward passes; ``host_ms``: everything else, of
+    which ``tree_ms`` builds the tree, its mask and the verify inputs (the rest
+    is the walk, cache compaction and bookkeeping).
     """
 
     accepted: int
@@ -57,6 +59,7 @@ class Round:
     draft_ms: float
     verify_ms: float
     host_ms: float
+    tree_ms: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -196,13 +199,22 @@ def greedy_generate(
     )
 
 
-def _compact(cache, start: int, keep: torch.Tensor) -> None:
-    """Keep cache positions ``[0, start)`` then ``start + keep``; drop the rest."""
+def _compact(cache, start: int, keep: np.ndarray) -> None:
+    """Keep cache positions ``[0, start)`` then ``start + keep``; drop the rest.
+
+    ``keep`` is ascending (a root-to-leaf path, parents-first), so entries that
+    already sit in place (``keep[i] == i``, the usual case along the best path)
+    are not moved; only the rest are gathered down.
+    """
     m = keep.shape[0]
+    moved = np.flatnonzero(keep != np.arange(m))
+    if moved.size:
+        first = int(moved[0])
+        src = torch.from_numpy(keep[first:] + start).to(cache.layers[0].keys.device)
+        for layer in cache.layers:
+            layer.keys[..., start + first : start + m, :] = layer.keys[..., src, :]
+            layer.values[..., start + first : start + m, :] = layer.values[..., src, :]
     for layer in cache.layers:
-        if m:
-            layer.keys[..., start : start + m, :] = layer.keys[..., start + keep, :]
-            layer.values[..., start : start + m, :] = layer.values[..., start + keep, :]
         layer.keys = layer.keys[..., : start + m, :]
         layer.values = layer.values[..., : start + m, :]
 
@@ -305,10 +317,9 @@ def _speculate(
         )
         new.extend(committed)
         if not done:
-            rows = torch.from_numpy(path + 1).to(device)
-            _compact(target_cache, length + 1, rows - 1)
-            keep = torch.cat([torch.zeros(1, dtype=rows.dtype, device=device), rows])
-            context = context_features(out.hidden_states, layer_ids)[:, keep]
+            _compact(target_cache, length + 1, path)
+            rows = torch.from_numpy(np.concatenate([[0], path + 1])).to(device)
+            context = context_features(out.hidden_states, layer_ids)[:, rows]
             length += 1 + len(path)
             root = bonus
         entropy = _entropy(logits[0]) if return_stats else float("nan")
@@ -322,6 +333,7 @@ def _speculate(
                 draft_ms=(t1 - t0) * 1e3,
                 verify_ms=(t3 - t2) * 1e3,
                 host_ms=((t2 - t1) + (t4 - t3)) * 1e3,
+                tree_ms=(t2 - t1) * 1e3,
             )
         )
     window = _clock(device) - (window_start if window_start is not None else prefill_end)

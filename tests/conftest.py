@@ -3,13 +3,9 @@ through the same paths real checkpoints take."""
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
 
 KINDS = ("qwen3", "qwen2_vl", "qwen2_5_vl", "qwen3_vl")
 
@@ -27,7 +23,7 @@ class World:
 
 @pytest.fixture(scope="session")
 def checkpoints(tmp_path_factory):
-    import tiny
+    from glance import testing as tiny
 
     root = tmp_path_factory.mktemp("checkpoints")
     paths = {}
@@ -41,9 +37,9 @@ def checkpoints(tmp_path_factory):
 
 
 def _prompt(kind, target):
-    import tiny
     import torch
 
+    from glance import testing as tiny
     from glance.vl import VisionPositions
 
     before, after = [3, 17, 42, 8], [11, 29, 5, 60, 2]

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-import tiny  # noqa: E402
 import torch  # noqa: E402
 
 import glance  # noqa: E402
+from glance import testing as tiny  # noqa: E402
 from glance.decode import Stats  # noqa: E402
 
 N_NEW = 64

@@ -6,10 +6,10 @@ import time
 
 import dflash.model as dflash_model  # noqa: E402
 import pytest
-import tiny  # noqa: E402
 import torch  # noqa: E402
 
 import glance  # noqa: E402
+from glance import testing as tiny  # noqa: E402
 from glance.vl import load_target  # noqa: E402
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
-import tiny  # noqa: E402
 import torch  # noqa: E402
 
 import glance  # noqa: E402
+from glance import testing as tiny  # noqa: E402
 from glance.head import check_head_fits, embeddings, lm_head  # noqa: E402
 from glance.vl import StreamPositions, VisionPositions, load_target  # noqa: E402
 

@@ -1,7 +1,9 @@
-"""Tiny random-weight targets and DFlash heads, built from configs for tests.
+"""Tiny random-weight targets and heads, built from configs: for tests and benchmarks.
 
 Weights are re-drawn with a larger std than the default so that greedy outputs
 vary (the default init gives near-constant text, which makes a weak test).
+:class:`OracleHead` drafts a known sequence, for exercising deep and sideways
+accepts that a random head never reaches. Needs torch and transformers.
 """
 
 from __future__ import annotations
@@ -14,14 +16,14 @@ IMAGE, VIDEO, VISION_START, VISION_END, MASK = 90, 91, 92, 93, 95
 TEXT_LAYERS = 4
 
 
-def _text_kwargs(**extra):
+def _text_kwargs(hidden, layers, **extra):
     return dict(
         vocab_size=VOCAB,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=TEXT_LAYERS,
-        num_attention_heads=4,
-        num_key_value_heads=2,
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=hidden // 16,  # head_dim 16 fits mrope_section [2, 3, 3]
+        num_key_value_heads=max(1, hidden // 32),
         max_position_embeddings=512,
         bos_token_id=None,
         eos_token_id=None,
@@ -29,8 +31,15 @@ def _text_kwargs(**extra):
     )
 
 
-def build_target(kind: str, seed: int = 0, std: float = 0.08):
-    """A random ``kind`` target in float64: qwen3, qwen2_vl, qwen2_5_vl or qwen3_vl."""
+def build_target(
+    kind: str,
+    seed: int = 0,
+    std: float = 0.08,
+    hidden: int = 64,
+    layers: int = TEXT_LAYERS,
+    dtype=torch.float64,
+):
+    """A random ``kind`` target: qwen3, qwen2_vl, qwen2_5_vl or qwen3_vl, in eval mode."""
     import transformers as tf
 
     torch.manual_seed(seed)
@@ -41,21 +50,23 @@ def build_target(kind: str, seed: int = 0, std: float = 0.08):
         vision_end_token_id=VISION_END,
     )
     if kind == "qwen3":
-        config = tf.Qwen3Config(**_text_kwargs(head_dim=16, rope_theta=100.0))
+        config = tf.Qwen3Config(**_text_kwargs(hidden, layers, head_dim=16, rope_theta=100.0))
         model = tf.Qwen3ForCausalLM(config)
     elif kind in ("qwen2_vl", "qwen2_5_vl"):
         text = _text_kwargs(
+            hidden,
+            layers,
             rope_parameters={
                 "rope_type": "default",
                 "rope_theta": 100.0,
                 "mrope_section": [2, 3, 3],
-            }
+            },
         )
         if kind == "qwen2_vl":
             vision = dict(
                 depth=2,
                 embed_dim=32,
-                hidden_size=64,
+                hidden_size=hidden,
                 num_heads=2,
                 mlp_ratio=2,
                 patch_size=4,
@@ -69,7 +80,7 @@ def build_target(kind: str, seed: int = 0, std: float = 0.08):
             vision = dict(
                 depth=2,
                 hidden_size=32,
-                out_hidden_size=64,
+                out_hidden_size=hidden,
                 intermediate_size=64,
                 num_heads=2,
                 patch_size=4,
@@ -83,6 +94,8 @@ def build_target(kind: str, seed: int = 0, std: float = 0.08):
             model = tf.Qwen2_5_VLForConditionalGeneration(config)
     elif kind == "qwen3_vl":
         text = _text_kwargs(
+            hidden,
+            layers,
             head_dim=16,
             rope_parameters={
                 "rope_type": "default",
@@ -99,7 +112,7 @@ def build_target(kind: str, seed: int = 0, std: float = 0.08):
             patch_size=4,
             spatial_merge_size=2,
             temporal_patch_size=2,
-            out_hidden_size=64,
+            out_hidden_size=hidden,
             num_position_embeddings=64,
             deepstack_visual_indexes=[0],
         )
@@ -111,11 +124,11 @@ def build_target(kind: str, seed: int = 0, std: float = 0.08):
         for p in model.parameters():
             if p.ndim >= 2:
                 p.normal_(0.0, std)
-    return model.to(torch.float64).eval()
+    return model.to(dtype).eval()
 
 
 def build_head(target, seed: int = 1, block_size: int = 8, layers: int = 1, std: float = 0.08):
-    """A random DFlash head that fits ``target``, in float64."""
+    """A random DFlash head that fits ``target``, in the target's dtype."""
     from dflash import DFlashDraftModel
     from transformers import Qwen3Config
 
@@ -143,7 +156,7 @@ def build_head(target, seed: int = 1, block_size: int = 8, layers: int = 1, std:
         for p in head.parameters():
             if p.ndim >= 2:
                 p.normal_(0.0, std)
-    return head.to(torch.float64).eval()
+    return head.to(target.dtype).eval()
 
 
 def image_prompt(target, text_before: list[int], text_after: list[int], grid=(1, 4, 4), seed=0):
@@ -155,7 +168,7 @@ def image_prompt(target, text_before: list[int], text_after: list[int], grid=(1,
     ids = text_before + [VISION_START] + [IMAGE] * n_image + [VISION_END] + text_after
     g = torch.Generator().manual_seed(seed)
     patch = vision.in_channels * vision.temporal_patch_size * vision.patch_size**2
-    pixel_values = torch.randn(t * h * w, patch, generator=g, dtype=torch.float64)
+    pixel_values = torch.randn(t * h * w, patch, generator=g, dtype=target.dtype)
     input_ids = torch.tensor([ids])
     mm = (input_ids == IMAGE).to(torch.int32)
     return input_ids, pixel_values, torch.tensor([list(grid)]), mm
@@ -192,7 +205,7 @@ class OracleHead(torch.nn.Module):
         self.corrupt_rate = corrupt_rate
         self.vocab = text.vocab_size
         self.generator = torch.Generator().manual_seed(seed)
-        self.dummy = torch.nn.Parameter(torch.zeros(1, dtype=torch.float64))
+        self.dummy = torch.nn.Parameter(torch.zeros(1, dtype=target.dtype))
 
     def forward(self, target_hidden, noise_embedding, position_ids, **kwargs):
         # Hand the block's sequence indices through to compute_logits.
