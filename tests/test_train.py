@@ -1,0 +1,149 @@
+"""Head training: no context leak at the anchor, no label shift, and a trained
+head that decodes losslessly."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import glance
+from glance import testing as tiny
+from glance.train import (
+    HeadConfig,
+    Sequence,
+    block_logits,
+    block_mask,
+    build_head,
+    head_loss,
+    pack_blocks,
+    sample_anchors,
+    sequence_features,
+    train_head,
+)
+from glance.vl import load_target
+
+B = 6
+
+
+@pytest.fixture(scope="module")
+def text_target(checkpoints):
+    target, _ = load_target(checkpoints["qwen3"][0], dtype=torch.float64)
+    return target
+
+
+@pytest.fixture(scope="module")
+def sequences(text_target):
+    """Target-greedy responses to random prompts: what train_head learns from."""
+    out = []
+    g = torch.Generator().manual_seed(0)
+    for _ in range(6):
+        prompt = torch.randint(0, tiny.MASK, (1, 6), generator=g)
+        ids = glance.greedy_generate(text_target, prompt, 24)[0]
+        out.append(Sequence(ids, prompt_len=6))
+    return out
+
+
+def test_labels_are_not_shifted():
+    ids = torch.arange(100, 120)
+    block_ids, pos, labels, weights = pack_blocks(ids, [3, 10], B, mask_token_id=7, gamma=3.0)
+    assert block_ids.tolist() == [103, 7, 7, 7, 7, 7, 110, 7, 7, 7, 7, 7]
+    assert pos.tolist() == list(range(3, 9)) + list(range(10, 16))
+    # Offset k's label is the token at anchor + k: the same position as the query.
+    assert labels.tolist() == ids[pos].tolist()
+    assert weights[0] == 0 and weights[B] == 0
+    assert weights[1] == pytest.approx(1.0) and weights[2] == pytest.approx(np.exp(-1 / 3))
+    # Offsets past the end of the sequence carry no weight.
+    _, _, _, w = pack_blocks(ids, [17], B, 7, 3.0)
+    assert w.tolist()[3:] == [0, 0, 0]
+
+
+def test_block_mask_hides_the_anchor_and_after():
+    mask = block_mask([2, 5], block_size=3, ctx_len=8)
+    assert mask.shape == (6, 8 + 6)
+    # Block 0 (anchor 2) sees context 0..1 only; block 1 (anchor 5) sees 0..4.
+    assert mask[:3, :8].tolist() == [[True, True] + [False] * 6] * 3
+    assert mask[3:, :8].tolist() == [[True] * 5 + [False] * 3] * 3
+    # Each block sees itself in both directions and never the other block.
+    assert mask[:3, 8:].tolist() == [[True] * 3 + [False] * 3] * 3
+    assert mask[3:, 8:].tolist() == [[False] * 3 + [True] * 3] * 3
+    assert not block_mask([2], 3, 8, valid_ctx=1)[:, 1:8].any()
+
+
+def test_anchor_features_do_not_leak(text_target, sequences):
+    """Perturbing target features at positions >= anchor leaves a block's logits unchanged."""
+    head = build_head(text_target, tiny.MASK, HeadConfig(block_size=B, layers=2))
+    seq = sequences[0]
+    feats = sequence_features(text_target, seq, head.target_layer_ids)
+    anchors = [7, 12]
+    logits, _, _ = block_logits(head, text_target, [(feats, seq.input_ids, anchors)], 3.0)
+    for j, a in enumerate(anchors):
+        bumped = feats.clone()
+        bumped[a:] += torch.randn_like(bumped[a:])
+        again, _, _ = block_logits(head, text_target, [(bumped, seq.input_ids, anchors)], 3.0)
+        rows = slice(j * B, (j + 1) * B)
+        assert torch.equal(again[0, rows], logits[0, rows])
+        # ...while a change before the anchor does reach it (the test can fail).
+        early = feats.clone()
+        early[a - 1] += 1.0
+        moved, _, _ = block_logits(head, text_target, [(early, seq.input_ids, anchors)], 3.0)
+        assert not torch.allclose(moved[0, rows], logits[0, rows])
+
+
+def test_anchors_point_at_response_tokens():
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        anchors = sample_anchors(5, 12, 3, rng)
+        assert all(4 <= a <= 10 for a in anchors) and anchors == sorted(set(anchors))
+    assert sample_anchors(5, 5, 3, rng) == []
+
+
+def test_one_step_lowers_the_loss(text_target, sequences):
+    head = build_head(text_target, tiny.MASK, HeadConfig(block_size=B, layers=1))
+    rows = []
+    rng = np.random.default_rng(1)
+    for s in sequences[:4]:
+        feats = sequence_features(text_target, s, head.target_layer_ids)
+        rows.append((feats, s.input_ids, sample_anchors(s.prompt_len, len(s.input_ids), 3, rng)))
+    head.train()
+    optim = torch.optim.AdamW(head.parameters(), lr=1e-2)
+    before = head_loss(head, text_target, rows, 3.0)
+    before.backward()
+    optim.step()
+    after = head_loss(head, text_target, rows, 3.0)
+    assert float(after.detach()) < float(before.detach())
+
+
+@pytest.fixture(scope="module")
+def trained(text_target, sequences, tmp_path_factory):
+    cfg = HeadConfig(block_size=B, layers=1, steps=200, rows=6, blocks_per_row=4, lr=5e-3)
+    head, log = train_head(text_target, sequences, tiny.MASK, cfg, progress=False)
+    path = tmp_path_factory.mktemp("trained") / "head"
+    head.save_pretrained(path)
+    return head, log, path
+
+
+def test_trained_head_predicts_its_own_tokens(text_target, sequences, trained):
+    head, log, _ = trained
+    assert log["final_loss"] < 0.5
+    seq = sequences[1]
+    feats = sequence_features(text_target, seq, head.target_layer_ids)
+    anchors = [seq.prompt_len - 1, seq.prompt_len + 8]
+    logits, labels, weights = block_logits(head, text_target, [(feats, seq.input_ids, anchors)], 3)
+    hit = (logits.argmax(-1) == labels)[weights > 0]
+    assert hit.float().mean() > 0.9
+
+
+def test_trained_head_loads_and_decodes_losslessly(text_target, sequences, trained):
+    from dflash import DFlashDraftModel
+
+    _, _, path = trained
+    assert DFlashDraftModel.from_pretrained(path).block_size == B
+    head = glance.load_block_head(path, target=text_target)
+    seq = sequences[2]
+    prompt = seq.input_ids[None, : seq.prompt_len]
+    want = glance.greedy_generate(text_target, prompt, 24)
+    for fn, kwargs in ((glance.generate, dict(budget=15, branch_k=3)), (glance.chain_generate, {})):
+        out, stats = fn(head, text_target, prompt, 24, return_stats=True, **kwargs)
+        assert out.tolist() == want.tolist()
+        assert stats.tau > 2.0  # it learned the sequence: several tokens per round
