@@ -297,3 +297,72 @@ def train_head(
         "parameters": sum(p.numel() for p in head.parameters()),
     }
     return head, log
+
+
+@torch.no_grad()
+def regenerate(
+    target,
+    processor,
+    conversations,
+    max_new_tokens: int,
+    *,
+    temperature: float = 0.0,
+    batch_size: int = 32,
+    seed: int = 0,
+    stop_token_id: int | None = None,
+    progress: bool = True,
+) -> list[Sequence]:
+    """Answer each conversation with the target itself: greedy (temperature 0) or sampled.
+
+    ``conversations`` are chat messages as ``processor.apply_chat_template``
+    takes them. Prompts are left-padded in batches and decoded with the
+    target's own ``generate``; each result is a :class:`Sequence` of the
+    unpadded prompt plus the response up to and including the stop token.
+    """
+    from tqdm import tqdm
+
+    from glance.vl import VisionPositions
+
+    stop = stop_token_id if stop_token_id is not None else processor.tokenizer.eos_token_id
+    pad = processor.tokenizer.pad_token_id
+    out: list[Sequence] = []
+    for start in tqdm(
+        range(0, len(conversations), batch_size), desc="regenerate", disable=not progress
+    ):
+        batch = conversations[start : start + batch_size]
+        inputs = processor.apply_chat_template(
+            batch,
+            add_generation_prompt=True,
+            tokenize=True,
+            return_dict=True,
+            return_tensors="pt",
+            padding=True,
+            padding_side="left",
+        ).to(target.device)
+        torch.manual_seed(seed + start)
+        sampling = (
+            dict(do_sample=True, temperature=temperature, top_k=0, top_p=1.0)
+            if temperature > 0
+            else dict(do_sample=False)
+        )
+        ids = target.generate(
+            **inputs, max_new_tokens=max_new_tokens, eos_token_id=stop, pad_token_id=pad, **sampling
+        )
+        width = inputs["input_ids"].shape[1]
+        grids = inputs.get("image_grid_thw")
+        patch_starts = [0]
+        if grids is not None:
+            patch_starts = np.cumsum([0] + [int(g.prod()) for g in grids]).tolist()
+        for i in range(len(batch)):
+            keep = inputs["attention_mask"][i].bool()
+            prompt = inputs["input_ids"][i][keep]
+            response = ids[i, width:].tolist()
+            if stop in response:
+                response = response[: response.index(stop) + 1]
+            positions = StreamPositions()
+            if grids is not None:
+                pixels = inputs["pixel_values"][patch_starts[i] : patch_starts[i + 1]]
+                positions = VisionPositions(pixels, grids[i : i + 1])
+            full = torch.cat([prompt.cpu(), torch.tensor(response, dtype=torch.long)])
+            out.append(Sequence(full, int(prompt.shape[0]), positions))
+    return out

@@ -14,6 +14,7 @@ later pass over tokens at given sequence indices (:meth:`rows`).
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import torch
@@ -130,8 +131,20 @@ def load_target(
     if local.is_dir() and not any((local / f).is_file() for f in _PROCESSOR_FILES):
         return model, None  # a bare local checkpoint, e.g. a test model
     processor_cls = tf.AutoProcessor if vision else tf.AutoTokenizer
+    if _processor_class_name(local) == "GlanceToyProcessor":
+        # Our built-in toy world's processor lives in glance, not in transformers.
+        from glance.toy.world import processor_class
+
+        processor_cls = processor_class()
     processor = processor_cls.from_pretrained(name_or_path, trust_remote_code=trust_remote_code)
     return model, processor
+
+
+def _processor_class_name(local: Path) -> str | None:
+    config = local / "processor_config.json"
+    if not config.is_file():
+        return None
+    return json.loads(config.read_text(encoding="utf-8")).get("processor_class")
 
 
 # Files whose presence means a checkpoint ships its tokenizer or processor.

@@ -1,0 +1,154 @@
+"""The toy world in miniature: task files, tokenizer, processor, target checkpoint."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from glance.toy import tasks as T
+from glance.toy.world import (
+    Encoder,
+    TargetSize,
+    TrainConfig,
+    build_processor,
+    chat_inputs,
+    glyph_table,
+    page_pixels,
+    train_target,
+)
+from glance.vl import load_target
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    out = tmp_path_factory.mktemp("toydata")
+    for task in T.TASKS:
+        T.write_task(task, 4, out, seed=3)
+    return out
+
+
+def test_task_files_parse_and_images_match_their_text(data):
+    for task in T.TASKS:
+        records = T.read_task(data / f"{task}.jsonl")
+        assert len(records) == 4
+        for r in records:
+            assert set(r) >= {"image", "prompt", "answer"}
+            image = np.asarray(Image.open(data / r["image"]).convert("L"))
+            assert image.shape == (T.ROWS * T.CELL, T.COLS * T.CELL)
+            # Every cell holds exactly the glyph of the character the record says.
+            for row, line in enumerate(r["lines"]):
+                for col, ch in enumerate(line.ljust(T.COLS)):
+                    cell = image[
+                        row * T.CELL : (row + 1) * T.CELL, col * T.CELL : (col + 1) * T.CELL
+                    ]
+                    assert np.array_equal(cell, T.glyph(ch)), (task, row, col, ch)
+
+
+def test_tasks_are_deterministic_and_grounded(data, tmp_path):
+    T.write_task("docvqa", 4, tmp_path, seed=3)
+    assert (tmp_path / "docvqa.jsonl").read_text() == (data / "docvqa.jsonl").read_text()
+    for r in T.read_task(data / "docvqa.jsonl"):
+        field = r["prompt"].split()[-1].rstrip("?")
+        value = next(line.split(": ")[1] for line in r["lines"] if line.startswith(field))
+        assert value in r["answer"]
+    for r in T.read_task(data / "chartqa.jsonl"):
+        values = " ".join(r["lines"][1:3]).split()
+        assert r["answer"] == "the values are " + ",".join(values) + "."
+        assert len(r["answer"]) >= 24
+
+
+def test_bad_task_file_names_the_line(tmp_path):
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"image": "a.png", "prompt": "p"}\n{"prompt": "q"}\n')
+    with pytest.raises(ValueError, match=r"bad\.jsonl:2: missing field\(s\) \['image'\]"):
+        T.read_task(path)
+
+
+def test_tokenizer_round_trips():
+    tok = build_processor().tokenizer
+    text = "the code field reads k7x2m9q4p1, as printed."
+    ids = tok(text).input_ids
+    assert len(ids) == len(text)  # one token per character
+    assert tok.decode(ids) == text
+    special = "<|im_start|>user\n<|image_pad|><|im_end|>"
+    assert tok.decode(tok(special).input_ids) == special
+    assert len(tok(special).input_ids) == 5
+
+
+def test_processor_matches_the_training_encoding():
+    processor = build_processor()
+    ex = T.make_example("chartqa", np.random.default_rng(0))
+    inputs = chat_inputs(processor, ex.prompt, T.render(ex.lines))
+    assert inputs["input_ids"][0].tolist() == Encoder(processor.tokenizer).prompt(ex.prompt)
+    assert torch.equal(inputs["pixel_values"].float(), page_pixels(ex.lines, glyph_table()))
+    assert inputs["image_grid_thw"].tolist() == [[1, T.ROWS, T.COLS]]
+
+
+def test_saved_target_loads_like_a_real_checkpoint(tmp_path):
+    out = tmp_path / "target"
+    log = train_target(
+        out, TrainConfig(steps=2, batch=4), TargetSize(hidden=32, layers=1), progress=False
+    )
+    assert log["steps"] == 2
+    model, processor = load_target(out, dtype=torch.float32)
+    assert type(model).__name__ == "Qwen3VLForConditionalGeneration"
+    assert type(processor).__name__ == "GlanceToyProcessor"
+    assert (
+        json.loads((out / "processor_config.json").read_text())["image_processor"]["merge_size"]
+        == 1
+    )
+    ex = T.make_example("docvqa", np.random.default_rng(1))
+    inputs = chat_inputs(processor, ex.prompt, T.render(ex.lines))
+    assert inputs["input_ids"].shape[1] == len(Encoder(processor.tokenizer).prompt(ex.prompt))
+
+
+def test_toy_head_trains_on_regenerated_answers_and_decodes_losslessly(tmp_path):
+    import glance
+    from glance.toy.__main__ import toy_prompts
+    from glance.train import HeadConfig, regenerate, train_head
+    from glance.vl import VisionPositions
+
+    out = tmp_path / "target"
+    train_target(
+        out, TrainConfig(steps=3, batch=4), TargetSize(hidden=32, layers=2), progress=False
+    )
+    target, processor = load_target(out, dtype=torch.float64)
+    end = processor.tokenizer.convert_tokens_to_ids("<|im_end|>")
+    convs = toy_prompts(6, seed=0)
+    seqs = regenerate(target, processor, convs, 12, stop_token_id=end, batch_size=4, progress=False)
+    assert len(seqs) == 6
+    for conv, seq in zip(convs, seqs, strict=True):
+        alone = processor.apply_chat_template(
+            conv, add_generation_prompt=True, tokenize=True, return_dict=True, return_tensors="pt"
+        )
+        # Left padding is stripped: the prompt is exactly the unbatched prompt.
+        assert seq.input_ids[: seq.prompt_len].tolist() == alone["input_ids"][0].tolist()
+        # The response is the target's own greedy answer.
+        pos = VisionPositions(alone["pixel_values"], alone["image_grid_thw"])
+        want = glance.greedy_generate(
+            target, alone["input_ids"], 12, positions=pos, stop_token_ids=[end]
+        )
+        assert seq.input_ids.tolist() == want[0].tolist()
+    mask = processor.tokenizer.convert_tokens_to_ids("<|mask|>")
+    head, _ = train_head(
+        target,
+        seqs,
+        mask,
+        HeadConfig(block_size=4, layers=1, steps=3, rows=2, blocks_per_row=2),
+        progress=False,
+    )
+    head.save_pretrained(tmp_path / "head")
+    head = glance.load_block_head(tmp_path / "head", target=target)
+    alone = processor.apply_chat_template(
+        convs[0], add_generation_prompt=True, tokenize=True, return_dict=True, return_tensors="pt"
+    )
+    pos = VisionPositions(alone["pixel_values"], alone["image_grid_thw"])
+    want = glance.greedy_generate(target, alone["input_ids"], 20, positions=pos)
+    got = glance.generate(
+        head, target, alone["input_ids"], 20, budget=15, branch_k=3, positions=pos
+    )
+    assert got.tolist() == want.tolist()
