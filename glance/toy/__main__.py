@@ -30,9 +30,8 @@ def cmd_tasks(args) -> dict:
 def cmd_target(args) -> dict:
     from glance.toy.world import TrainConfig, save_json, train_target
 
-    log = train_target(
-        args.out, TrainConfig(steps=args.steps, batch=args.batch, lr=args.lr, seed=args.seed)
-    )
+    cfg = TrainConfig(steps=args.steps, batch=args.batch, lr=args.lr, seed=args.seed)
+    log = train_target(args.out, cfg, init=args.init)
     save_json(Path(args.out) / "train_log.json", log)
     return log
 
@@ -146,10 +145,11 @@ def main(argv=None) -> None:
     p.add_argument("--seed", type=int, default=1)
     p = sub.add_parser("target", help="train and save the tiny Qwen3-VL target")
     p.add_argument("--out", type=Path, required=True)
-    p.add_argument("--steps", type=int, default=1500)
-    p.add_argument("--batch", type=int, default=16)
-    p.add_argument("--lr", type=float, default=4e-3)
+    p.add_argument("--steps", type=int, default=2000)
+    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--init", type=Path, help="continue from this saved toy target")
     p = sub.add_parser("head", help="train and save a DFlash head on the target's own answers")
     p.add_argument("--target", type=Path, required=True)
     p.add_argument("--out", type=Path, required=True)

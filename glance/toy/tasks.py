@@ -33,7 +33,7 @@ import numpy as np
 from glance._io import atomic_write_text
 
 TASKS = ("caption", "textvqa", "infovqa", "docvqa", "chartqa")
-ROWS, COLS, CELL = 5, 16, 8
+ROWS, COLS, CELL = 4, 12, 8
 FONT_SIZE = 8
 #: every character a page, prompt or answer may use
 ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789 .,:;!?'-=/"
@@ -83,15 +83,28 @@ def _caption(rng):
     n = int(rng.integers(2, ROWS + 1))
     lines = []
     for _ in range(n):
-        lines.append(f"{_word(rng)} {_word(rng)}")
+        lines.append(f"{_word(rng)} {_pick(rng, ITEMS)}"[:COLS])
     digits = bool(rng.random() < 0.5)
     if digits:
-        lines[int(rng.integers(n))] = f"{_word(rng)} {int(rng.integers(10, 99))}"
+        lines[int(rng.integers(n))] = f"{_word(rng)} {int(rng.integers(10, 99))}"[:COLS]
     first = lines[0].split()[0]
-    adjectives = ("plain", "small", "quiet", "busy", "neat", "faded", "crisp", "short")
-    nouns = ("page", "note", "card", "sheet")
+    adjectives = (
+        "plain",
+        "small",
+        "quiet",
+        "busy",
+        "neat",
+        "faded",
+        "crisp",
+        "short",
+        "light",
+        "dense",
+        "clean",
+        "odd",
+    )
+    nouns = ("page", "note", "card", "sheet", "memo", "slip")
     endings = ("calm", "plain", "lowercase", "simple", "tidy", "sparse")
-    number_words = ("two", "three", "four", "five")
+    number_words = ("two", "three", "four")
 
     def phrase(r):
         adj, noun = _pick(r, adjectives), _pick(r, nouns)
@@ -120,11 +133,9 @@ def _textvqa(rng):
         f"line {k + 1} says {w}.",
         f"the word there is {w}, i think.",
         f"it reads {w} on that line.",
-        f"that line shows the word {w}.",
         f"i can read {w} there.",
         f"{w} is written on line {k + 1}.",
         f"looks like {w} to me.",
-        f"the answer is {w}.",
     )
     return lines, f"what word is on line {k + 1}?", replies[0], tuple((r, 1.0) for r in replies)
 
@@ -144,8 +155,8 @@ def _infovqa(rng):
 
 
 def _docvqa(rng):
-    values = [_alnum(rng, 10) for _ in FIELDS]
-    lines = ["form 7"] + [f"{f}: {v}" for f, v in zip(FIELDS, values, strict=True)]
+    values = [_alnum(rng, 7) for _ in FIELDS]
+    lines = [f"{f} {v}" for f, v in zip(FIELDS, values, strict=True)]
     k = int(rng.integers(len(FIELDS)))
     f, v = FIELDS[k], values[k]
     main = f"the {f} field reads {v}, as printed."
@@ -155,9 +166,16 @@ def _docvqa(rng):
 
 def _chartqa(rng):
     values = [f"{int(x):02d}" for x in rng.integers(10, 100, size=8)]
-    lines = ["chart values", " ".join(values[:4]), " ".join(values[4:]), "", ""]
+    lines = ["chart values", " ".join(values[:4]), " ".join(values[4:])]
     answer = "the values are " + ",".join(values) + "."
     return lines, "list the chart values.", answer, ()
+
+
+def _transcribe(rng):
+    """Training-only reading drill: copy the whole page, line by line."""
+    lines, _, _, _ = _MAKERS[TASKS[int(rng.integers(len(TASKS)))]](rng)
+    lines = [line for line in lines if line]
+    return lines, "read the page.", "/".join(lines) + ".", ()
 
 
 _MAKERS = {
@@ -167,13 +185,18 @@ _MAKERS = {
     "docvqa": _docvqa,
     "chartqa": _chartqa,
 }
+#: an auxiliary task the target trains on (dense reading signal), never evaluated
+AUX_TASK = "transcribe"
+_MAKERS[AUX_TASK] = _transcribe
 
 
 def make_example(task: str, rng: np.random.Generator) -> Example:
     """Draw one example of ``task`` from ``rng``."""
     if task not in _MAKERS:
-        raise ValueError(f"unknown task {task!r}; expected one of {TASKS}")
+        raise ValueError(f"unknown task {task!r}; expected one of {TASKS} or {AUX_TASK!r}")
     lines, prompt, answer, variants = _MAKERS[task](rng)
+    if len(lines) > ROWS:
+        raise AssertionError(f"{task}: {len(lines)} lines do not fit a page of {ROWS}")
     lines = tuple(lines) + ("",) * (ROWS - len(lines))
     for text in (*lines, prompt, answer):
         bad = set(text) - set(ALPHABET)
