@@ -79,15 +79,21 @@ def _pick(rng, options):
     return options[int(rng.integers(len(options)))]
 
 
+#: short words of the free-running caption tail, and each word's successors
+TAIL = (
+    "sun sky oak elm fog dew ice ash bay cap den fin gem hut ink jet "
+    "kit lid mud nap owl pen ray zen"
+).split()
+_SUCCESSORS = {
+    w: tuple(TAIL[(i * 7 + 3 * j + 1) % len(TAIL)] for j in range(8)) for i, w in enumerate(TAIL)
+}
+
+
 def _caption(rng):
     n = int(rng.integers(2, ROWS + 1))
-    lines = []
-    for _ in range(n):
-        lines.append(f"{_word(rng)} {_pick(rng, ITEMS)}"[:COLS])
-    digits = bool(rng.random() < 0.5)
-    if digits:
+    lines = [f"{_word(rng)} {_pick(rng, ITEMS)}"[:COLS] for _ in range(n)]
+    if rng.random() < 0.5:
         lines[int(rng.integers(n))] = f"{_word(rng)} {int(rng.integers(10, 99))}"[:COLS]
-    first = lines[0].split()[0]
     adjectives = (
         "plain",
         "small",
@@ -101,27 +107,26 @@ def _caption(rng):
         "dense",
         "clean",
         "odd",
+        "calm",
+        "bold",
+        "worn",
+        "pale",
     )
     nouns = ("page", "note", "card", "sheet", "memo", "slip")
-    endings = ("calm", "plain", "lowercase", "simple", "tidy", "sparse")
-    number_words = ("two", "three", "four")
+    count = ("two", "three", "four")[n - 2]
+    # The tail starts from a word keyed to the page's first letter (an image
+    # fact), then wanders: each next word is one of eight successors.
+    first = TAIL[ALPHABET.index(lines[0][0]) % len(TAIL)]
 
     def phrase(r):
-        adj, noun = _pick(r, adjectives), _pick(r, nouns)
-        count = number_words[n - 2]
-        middle = (
-            _pick(r, ("numbers too", "some digits", "a number"))
-            if digits
-            else _pick(r, ("only words", "just words", "no numbers"))
-        )
-        opener = _pick(r, ("starts with", "first word", "top word:"))
-        return f"a {adj} {noun}, {count} lines, {middle}; {opener} {first}, {_pick(r, endings)}."
+        words = [_pick(r, _SUCCESSORS[first])]
+        for _ in range(5):
+            words.append(_pick(r, _SUCCESSORS[words[-1]]))
+        return f"a {_pick(r, adjectives)} {_pick(r, nouns)}: {' '.join(words)}, {count} lines."
 
     answer = phrase(rng)
-    # Many phrasings: draw a fixed pool so the distribution is explicit.
-    pool = [phrase(np.random.default_rng(int(rng.integers(2**31)))) for _ in range(24)]
-    variants = tuple((p, 1.0) for p in pool)
-    return lines, "describe the page.", answer, variants
+    pool = [phrase(np.random.default_rng(int(rng.integers(2**31)))) for _ in range(64)]
+    return lines, "describe the page.", answer, tuple((p, 1.0) for p in pool)
 
 
 def _textvqa(rng):
@@ -133,9 +138,7 @@ def _textvqa(rng):
         f"line {k + 1} says {w}.",
         f"the word there is {w}, i think.",
         f"it reads {w} on that line.",
-        f"i can read {w} there.",
         f"{w} is written on line {k + 1}.",
-        f"looks like {w} to me.",
     )
     return lines, f"what word is on line {k + 1}?", replies[0], tuple((r, 1.0) for r in replies)
 
