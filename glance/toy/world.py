@@ -331,7 +331,7 @@ def train_target(
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optim.step()
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
         if step % 50 == 0:
             bar.set_postfix(loss=f"{np.mean(losses[-50:]):.3f}")
     seconds = time.perf_counter() - start
