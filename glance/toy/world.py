@@ -10,6 +10,7 @@ vision patch (patch = cell, spatial merge 1), white mapped to 0 (mean 1, std
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import time
@@ -66,7 +67,9 @@ def build_tokenizer():
     return tokenizer
 
 
-def _processor_class():
+@functools.cache
+def processor_class():
+    """The toy processor class (built on first use, so importing needs no transformers)."""
     from transformers import ProcessorMixin, Qwen3VLProcessor
 
     class GlanceToyProcessor(Qwen3VLProcessor):
@@ -82,17 +85,6 @@ def _processor_class():
             self.vision_end_token_id = ids(self.vision_end_token)
             ProcessorMixin.__init__(self, image_processor, tokenizer, chat_template=chat_template)
 
-    return GlanceToyProcessor
-
-
-GlanceToyProcessor = None  # filled on first use; see processor_class()
-
-
-def processor_class():
-    """The toy processor class (built lazily so that importing needs no transformers)."""
-    global GlanceToyProcessor  # a lazily built class, not mutable state
-    if GlanceToyProcessor is None:
-        GlanceToyProcessor = _processor_class()
     return GlanceToyProcessor
 
 
