@@ -39,6 +39,7 @@ __all__ = [
     "build_head",
     "block_logits",
     "head_loss",
+    "lr_at",
     "pack_blocks",
     "sequence_features",
     "train_head",
@@ -232,7 +233,9 @@ def head_loss(head, target, rows, gamma: float) -> torch.Tensor:
     return (nll * weights.reshape(-1)).sum() / weights.sum().clamp_min(1e-12)
 
 
-def _lr(step: int, cfg: HeadConfig) -> float:
+def lr_at(step: int, cfg) -> float:
+    """Learning rate at ``step`` for a config with ``lr``, ``warmup`` and ``steps``:
+    linear warm-up, then cosine decay to a tenth."""
     if step < cfg.warmup:
         return cfg.lr * (step + 1) / cfg.warmup
     done = (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup)
@@ -280,7 +283,7 @@ def train_head(
             rows.append((feats, ids, anchors))
         loss = head_loss(head, target, rows, gamma)
         for group in optim.param_groups:
-            group["lr"] = _lr(step, cfg)
+            group["lr"] = lr_at(step, cfg)
         optim.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import functools
 import json
-import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -261,14 +260,6 @@ class TrainConfig:
     task_weights: tuple[float, ...] = (0.07, 0.1, 0.13, 0.2, 0.15, 0.35)
 
 
-def lr_at(step: int, cfg) -> float:
-    """Linear warm-up, then cosine decay to a tenth."""
-    if step < cfg.warmup:
-        return cfg.lr * (step + 1) / cfg.warmup
-    done = (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup)
-    return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * done)))
-
-
 def train_target(
     out_dir,
     cfg: TrainConfig = TrainConfig(),
@@ -287,6 +278,7 @@ def train_target(
     from tqdm import tqdm
 
     from glance._io import replace_dir
+    from glance.train import lr_at
 
     torch.manual_seed(cfg.seed)
     processor = build_processor()
