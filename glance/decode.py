@@ -319,7 +319,7 @@ def _speculate(
         if not done:
             _compact(target_cache, length + 1, path)
             rows = torch.from_numpy(np.concatenate([[0], path + 1])).to(device)
-            context = context_features(out.hidden_states, layer_ids)[:, rows]
+            context = context_features([h[:, rows] for h in out.hidden_states], layer_ids)
             length += 1 + len(path)
             root = bonus
         entropy = _entropy(logits[0]) if return_stats else float("nan")

@@ -40,6 +40,7 @@ __all__ = [
     "block_logits",
     "head_loss",
     "lr_at",
+    "optimizer_step",
     "pack_blocks",
     "sequence_features",
     "train_head",
@@ -242,6 +243,17 @@ def lr_at(step: int, cfg) -> float:
     return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * done)))
 
 
+def optimizer_step(optim, module, loss, lr: float, clip: float = 1.0) -> float:
+    """One clipped AdamW step at learning rate ``lr``; returns the loss as a float."""
+    for group in optim.param_groups:
+        group["lr"] = lr
+    optim.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(module.parameters(), clip)
+    optim.step()
+    return float(loss.detach())
+
+
 def train_head(
     target, sequences, mask_token_id: int, cfg: HeadConfig = HeadConfig(), progress: bool = True
 ):
@@ -282,13 +294,7 @@ def train_head(
                 anchors = sorted(anchors + anchors[: cfg.blocks_per_row - len(anchors)])
             rows.append((feats, ids, anchors))
         loss = head_loss(head, target, rows, gamma)
-        for group in optim.param_groups:
-            group["lr"] = lr_at(step, cfg)
-        optim.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
-        optim.step()
-        losses.append(float(loss.detach()))
+        losses.append(optimizer_step(optim, head, loss, lr_at(step, cfg)))
         if step % 25 == 0:
             bar.set_postfix(loss=f"{np.mean(losses[-25:]):.3f}")
     head.eval().requires_grad_(False)

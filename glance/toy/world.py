@@ -278,7 +278,7 @@ def train_target(
     from tqdm import tqdm
 
     from glance._io import replace_dir
-    from glance.train import lr_at
+    from glance.train import lr_at, optimizer_step
 
     torch.manual_seed(cfg.seed)
     processor = build_processor()
@@ -309,13 +309,7 @@ def train_target(
             ex = make_example(mix[int(rng.choice(len(mix), p=weights))], rng)
             items.append((ex, ex.sample_answer(rng)))
         loss, _ = answer_loss(model, make_batch(encoder, items, table))
-        for group in optim.param_groups:
-            group["lr"] = lr_at(step, cfg)
-        optim.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optim.step()
-        losses.append(float(loss.detach()))
+        losses.append(optimizer_step(optim, model, loss, lr_at(step, cfg)))
         if step % 50 == 0:
             bar.set_postfix(loss=f"{np.mean(losses[-50:]):.3f}")
     seconds = time.perf_counter() - start
