@@ -2,7 +2,8 @@
 
 ``tree``: the host-side cost of one round's candidate tree, i.e.
 :func:`glance.tree.build_budget_tree` followed by :func:`glance.tree.tree_mask`,
-on synthetic block drafts. Needs numpy only.
+on synthetic block drafts, with the compiled kernel and, as the baseline in the
+same run, the pure-Python reference. Needs numpy only.
 
 ``decode``: where a round's time goes on a tiny random Qwen3-VL target: the
 draft pass, the tree build, the verify pass, and the walk with cache
@@ -53,10 +54,14 @@ def time_calls(fn, args_list, repeats: int) -> np.ndarray:
 
 
 def bench_tree(repeats: int, seed: int) -> None:
+    import glance.tree
+
+    kernel = glance.tree._ctree
     print(f"candidate tree: build_budget_tree + tree_mask, {repeats} calls per setting")
+    print(f"implementation: {'compiled glance._ctree' if kernel else 'pure Python (no kernel)'}")
     print(
         f"{'D':>3} {'k':>3} {'budget':>6} {'median us':>10} {'p10 us':>8} {'p90 us':>8} "
-        f"{'build us':>9} {'mask us':>8} {'depth':>6}"
+        f"{'build us':>9} {'mask us':>8} {'depth':>6} {'python us':>10} {'ratio':>6}"
     )
     for depth, k, budget in TREE_SETTINGS:
         drafts = synthetic_drafts(depth, k, 64, seed)
@@ -72,11 +77,18 @@ def bench_tree(repeats: int, seed: int) -> None:
             * 1e6
         )
         mask = time_calls(tree_mask, [(t,) for t in trees], repeats) * 1e6
+        # The pure-Python reference, in the same run, as the baseline of the ratio.
+        glance.tree._ctree = None
+        try:
+            python = time_calls(both, drafts, max(repeats // 5, 1)) * 1e6
+        finally:
+            glance.tree._ctree = kernel
         mean_depth = np.mean([t.depths.max() for t in trees])
         print(
             f"{depth:>3} {k:>3} {budget:>6} {np.median(total):>10.1f} "
             f"{np.percentile(total, 10):>8.1f} {np.percentile(total, 90):>8.1f} "
-            f"{np.median(build):>9.1f} {np.median(mask):>8.1f} {mean_depth:>6.1f}"
+            f"{np.median(build):>9.1f} {np.median(mask):>8.1f} {mean_depth:>6.1f} "
+            f"{np.median(python):>10.1f} {np.median(python) / np.median(total):>5.1f}x"
         )
 
 

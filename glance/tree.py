@@ -15,6 +15,9 @@ Index conventions used throughout:
   ``i`` is row ``i + 1`` of the mask and of the target's outputs.
 
 This module needs numpy only, so trees can be built and inspected with no model.
+The search and the mask run in a small compiled kernel (``glance._ctree``) when
+the install built it, and in the pure-Python reference below otherwise; both give
+the same trees and masks, bit for bit, and the tests check that they do.
 """
 
 from __future__ import annotations
@@ -25,6 +28,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+
+try:
+    from glance import _ctree
+except ImportError:  # built without a C compiler: the Python reference is used
+    _ctree = None
 
 __all__ = [
     "Node",
@@ -143,19 +151,46 @@ def build_budget_tree(
         order = np.argsort(-lp, axis=1, kind="stable")
         lp = np.take_along_axis(lp, order, axis=1)
         ids = np.take_along_axis(ids, order, axis=1)
-    rows = lp[:, :branch_k].tolist()
+    size = _tree_size(depth_max, branch_k, budget)
+    if _ctree is not None:
+        parents = np.empty(size, dtype=np.int64)
+        depths = np.empty(size, dtype=np.int64)
+        ranks = np.empty(size, dtype=np.int64)
+        negs = np.empty(size, dtype=np.float64)
+        _ctree.best_first(
+            np.ascontiguousarray(lp), depth_max, k, branch_k, size, parents, depths, ranks, negs
+        )
+    else:
+        parents, depths, ranks, negs = _best_first(lp[:, :branch_k].tolist(), size)
+    return CandidateTree(
+        ids[depths - 1, ranks].astype(np.int64, copy=False), parents, depths, -negs
+    )
 
+
+def _tree_size(depth_max: int, branch_k: int, budget: int) -> int:
+    """``min(budget, sum_{d=1..depth_max} branch_k**d)``, without big powers."""
+    total, level = 0, 1
+    for _ in range(depth_max):
+        level *= branch_k
+        total += level
+        if total >= budget:
+            return budget
+    return total
+
+
+def _best_first(rows: list[list[float]], size: int):
+    """The reference search: the ``size`` best nodes, as (parents, depths, ranks,
+    negated scores) arrays. ``glance._ctree.best_first`` is its compiled twin."""
     # Best-first search over the implicit tree of all paths. Heap entries are
     # (-score, depth, parent index, rank): unique per node, and ordered exactly
     # by the documented tie-break. A node's next-ranked sibling is pushed only
     # when the node itself is kept, so each kept node adds at most two entries.
+    depth_max, last = len(rows), len(rows[0]) - 1
     kept: list[tuple[float, int, int, int]] = []
     keep = kept.append
     heap = [(-rows[0][0], 1, -1, 0)]
-    replace, push, pop = heapq.heapreplace, heapq.heappush, heapq.heappop
-    last = branch_k - 1
-    index = 0
-    while index < budget:
+    replace, push = heapq.heapreplace, heapq.heappush
+    for index in range(size):
         entry = heap[0]
         keep(entry)
         neg, depth, parent, rank = entry
@@ -170,19 +205,14 @@ def build_budget_tree(
         elif sibling is not None:
             replace(heap, sibling)
         else:
-            pop(heap)
-            if not heap:
-                index += 1
-                break
-        index += 1
+            heapq.heappop(heap)  # size caps the loop before the heap runs dry
 
     negs, depths, parents, ranks = zip(*kept, strict=True)
-    depths = np.array(depths, dtype=np.int64)
-    return CandidateTree(
-        ids[depths - 1, np.array(ranks)].astype(np.int64, copy=False),
+    return (
         np.array(parents, dtype=np.int64),
-        depths,
-        -np.array(negs, dtype=np.float64),
+        np.array(depths, dtype=np.int64),
+        np.array(ranks, dtype=np.int64),
+        np.array(negs, dtype=np.float64),
     )
 
 
@@ -233,11 +263,22 @@ def tree_mask(
     """
     if past_len < 0:
         raise ValueError(f"past_len must be >= 0; got {past_len}")
-    bits = _ancestor_bits(as_tree(nodes).parents.tolist())
-    n1 = len(bits)
-    width = (n1 + 7) // 8
-    packed = np.frombuffer(b"".join([b.to_bytes(width, "little") for b in bits]), np.uint8)
-    visible = np.unpackbits(packed, bitorder="little").reshape(n1, 8 * width)[:, :n1]
+    parents = as_tree(nodes).parents
+    n1 = parents.shape[0] + 1
+    if _ctree is not None:
+        visible = np.empty((n1, n1), dtype=np.uint8)
+        _ctree.ancestor_visible(np.ascontiguousarray(parents, dtype=np.int64), visible)
+    else:
+        bad = np.flatnonzero((parents < -1) | (parents >= np.arange(n1 - 1)))
+        if bad.size:
+            raise ValueError(
+                "parents must be packed parents-first; "
+                f"node {bad[0]} has parent {parents[bad[0]]}"
+            )
+        bits = _ancestor_bits(parents.tolist())
+        width = (n1 + 7) // 8
+        packed = np.frombuffer(b"".join([b.to_bytes(width, "little") for b in bits]), np.uint8)
+        visible = np.unpackbits(packed, bitorder="little").reshape(n1, 8 * width)[:, :n1]
     zero, hidden = _mask_values(np.dtype(dtype))
     tree_part = np.where(visible.view(bool), zero, hidden)
     if past_len == 0:

@@ -235,3 +235,59 @@ def test_accept_path_rejects_wrong_shape():
     tree = build_budget_tree(np.array([[1, 2]]), np.log([[0.5, 0.5]]), 2, 2)
     with pytest.raises(ValueError, match=r"shape \(N\+1,\)"):
         accept_path(tree, np.array([1, 2]))
+
+
+def test_compiled_kernel_is_built():
+    # The README's install compiles glance._ctree; without it every tree falls
+    # back to the (slower) Python reference, which the benchmark would not show.
+    import glance.tree
+
+    assert glance.tree._ctree is not None
+
+
+@st.composite
+def wide_drafts(draw):
+    depth = draw(st.integers(1, 16))
+    k = draw(st.integers(1, 10))
+    seed = draw(st.integers(0, 2**32 - 1))
+    rng = np.random.default_rng(seed)
+    logits = rng.normal(size=(depth, 50)) * rng.uniform(0.5, 8.0)
+    logp = logits - np.logaddexp.reduce(logits, axis=1, keepdims=True)
+    top = np.argsort(-logp, axis=1)[:, :k]
+    lp = np.take_along_axis(logp, top, axis=1)
+    if draw(st.booleans()):  # coarse values: ties everywhere
+        lp = np.round(lp * 2) / 2
+        lp[lp > 0] = 0.0
+    return top.astype(np.int64), lp, draw(st.integers(1, k))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(drafts(max_depth=6, max_k=5), wide_drafts()), st.integers(1, 300))
+def test_compiled_kernel_equals_python_reference(draft, budget):
+    import glance.tree
+
+    ids, lp, branch_k = draft
+    compiled = build_budget_tree(ids, lp, budget=budget, branch_k=branch_k)
+    compiled_mask = tree_mask(compiled, past_len=2)
+    kernel, glance.tree._ctree = glance.tree._ctree, None
+    try:
+        reference = build_budget_tree(ids, lp, budget=budget, branch_k=branch_k)
+        reference_mask = tree_mask(reference, past_len=2)
+    finally:
+        glance.tree._ctree = kernel
+    for name in ("tokens", "parents", "depths", "logprobs"):
+        a, b = getattr(compiled, name), getattr(reference, name)
+        assert a.dtype == b.dtype and a.tobytes() == b.tobytes(), name
+    assert compiled_mask.tobytes() == reference_mask.tobytes()
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_mask_rejects_a_tree_not_packed_parents_first(compiled, monkeypatch):
+    import glance.tree
+
+    if not compiled:
+        monkeypatch.setattr(glance.tree, "_ctree", None)
+    for parent in (1, -2):
+        nodes = [Node(1, 1, parent, -0.1), Node(2, 1, -1, -0.2)]
+        with pytest.raises(ValueError, match="parents-first"):
+            tree_mask(nodes)
