@@ -272,8 +272,7 @@ def tree_mask(
         bad = np.flatnonzero((parents < -1) | (parents >= np.arange(n1 - 1)))
         if bad.size:
             raise ValueError(
-                "parents must be packed parents-first; "
-                f"node {bad[0]} has parent {parents[bad[0]]}"
+                f"parents must be packed parents-first; node {bad[0]} has parent {parents[bad[0]]}"
             )
         bits = _ancestor_bits(parents.tolist())
         width = (n1 + 7) // 8
