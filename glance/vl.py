@@ -102,6 +102,7 @@ def load_target(
     device="cpu",
     attn_implementation: str = "sdpa",
     trust_remote_code: bool = False,
+    revision: str | None = None,
 ):
     """Load a frozen target and its processor: ``(model, processor)``.
 
@@ -111,21 +112,22 @@ def load_target(
     for a hub name where the weights are reachable and for a local directory
     written by ``save_pretrained``. ``processor`` is ``None`` when the checkpoint
     ships no tokenizer or processor files. The model is in eval mode with
-    gradients off.
+    gradients off. ``revision`` (a branch, tag or commit hash) pins hub weights.
     """
     import transformers as tf
 
     local = Path(str(name_or_path))
     if local.exists() and not (local / "config.json").is_file():
         raise ValueError(f"{local}: no config.json, so this is not a saved checkpoint")
-    config = tf.AutoConfig.from_pretrained(name_or_path, trust_remote_code=trust_remote_code)
+    hub = {"trust_remote_code": trust_remote_code, "revision": revision}
+    config = tf.AutoConfig.from_pretrained(name_or_path, **hub)
     vision = hasattr(config, "vision_config")
     model_cls = tf.AutoModelForImageTextToText if vision else tf.AutoModelForCausalLM
     model = model_cls.from_pretrained(
         name_or_path,
         dtype=dtype,
         attn_implementation=attn_implementation,
-        trust_remote_code=trust_remote_code,
+        **hub,
     )
     model = model.to(device).eval().requires_grad_(False)
     if local.is_dir() and not any((local / f).is_file() for f in _PROCESSOR_FILES):
@@ -136,7 +138,7 @@ def load_target(
         from glance.toy.world import processor_class
 
         processor_cls = processor_class()
-    processor = processor_cls.from_pretrained(name_or_path, trust_remote_code=trust_remote_code)
+    processor = processor_cls.from_pretrained(name_or_path, **hub)
     return model, processor
 
 

@@ -1,0 +1,176 @@
+"""What every stage shares: the Hydra entry point, seeding, model and task loading.
+
+Stages are thin: each composes ``conf/`` (or takes the overrides ``dvc.yaml``
+passes from ``params.yaml``), calls the library, and writes to fixed paths built
+from the config, atomically.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+from pathlib import Path
+
+import hydra
+import numpy as np
+from omegaconf import DictConfig, OmegaConf
+
+from glance._io import atomic_write_text
+
+CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
+log = logging.getLogger("glance")
+
+
+def app(fn):
+    """``fn(cfg)`` as a Hydra app over ``conf/config.yaml``."""
+    return hydra.main(version_base=None, config_path=CONF_DIR, config_name="config")(fn)
+
+
+def setup(cfg: DictConfig) -> None:
+    """Seed every generator from ``cfg.seed`` and set torch's thread count."""
+    random.seed(cfg.seed)
+    np.random.seed(cfg.seed)
+    try:
+        import torch
+    except ImportError:
+        return
+    torch.manual_seed(cfg.seed)
+    if cfg.threads:
+        torch.set_num_threads(int(cfg.threads))
+
+
+def write_json(path, data) -> None:
+    atomic_write_text(path, json.dumps(data, indent=2, default=_plain) + "\n")
+
+
+def read_json(path, what: str) -> dict:
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: missing; {what}")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path}: not JSON ({err})") from err
+
+
+def _plain(x):
+    if isinstance(x, np.generic):
+        return x.item()
+    if isinstance(x, np.ndarray):
+        return x.tolist()
+    raise TypeError(f"cannot write {type(x).__name__} as JSON")
+
+
+def torch_dtype(name: str):
+    import torch
+
+    dtype = getattr(torch, str(name), None)
+    if not isinstance(dtype, torch.dtype):
+        raise ValueError(f"dtype: expected a torch dtype name such as float32; got {name!r}")
+    return dtype
+
+
+def task_config(cfg: DictConfig) -> DictConfig:
+    """``cfg.task``, or a clear error naming the missing ``+task=...``."""
+    if "task" not in cfg:
+        options = ", ".join(sorted(p.stem for p in (Path(CONF_DIR) / "task").glob("*.yaml")))
+        raise SystemExit(f"no task: add +task=NAME, one of {options}")
+    return cfg.task
+
+
+def task_records(cfg: DictConfig, task: DictConfig, n: int | None) -> list[dict]:
+    """The first ``n`` records of the task's JSONL file (all when ``None``); each
+    image must exist. Errors name the file and line."""
+    from glance.toy.tasks import read_task
+
+    data_dir = Path(cfg.paths.data)
+    path = data_dir / task.file
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: missing task file; run `python -m stages.prepare`")
+    records = read_task(path)
+    for number, r in enumerate(records, 1):
+        if not (data_dir / r["image"]).is_file():
+            raise FileNotFoundError(f"{path}:{number}: image {r['image']} not under {data_dir}")
+    if n is not None:
+        if len(records) < n:
+            raise ValueError(f"{path}: {len(records)} records; this run needs {n}")
+        records = records[:n]
+    return records
+
+
+def load_target(cfg: DictConfig):
+    """The target and processor that the target stage resolved (``target.json``)."""
+    from glance.vl import load_target as load
+
+    info = read_json(
+        Path(cfg.paths.target) / "target.json", "run `python -m stages.target` first"
+    )
+    return load(
+        info["path"],
+        dtype=torch_dtype(cfg.dtype),
+        device=cfg.device,
+        revision=info.get("revision"),
+    )
+
+
+def load_head(cfg: DictConfig, target):
+    """The head that the head stage trained or checked (``head.json``), fitted to ``target``."""
+    import glance
+
+    info = read_json(Path(cfg.paths.head) / "head.json", "run `python -m stages.head` first")
+    head = glance.load_block_head(info["path"], target=target)
+    return head.to(device=target.device, dtype=target.dtype)
+
+
+def filler(n_tokens: int, tokenizer) -> str:
+    """About ``n_tokens`` tokens of neutral preamble text, the same for every prompt."""
+    if n_tokens <= 0:
+        return ""
+    words = "note the page below and answer from it. ".split()
+    text, i = "", 0
+    while len(tokenizer(text)["input_ids"]) < n_tokens:
+        text += words[i % len(words)] + " "
+        i += 1
+    return text
+
+
+def prompt_inputs(processor, record: dict, data_dir, preamble: str = ""):
+    """Processor inputs and :class:`~glance.vl.VisionPositions` for one record:
+    one user turn, question (after the optional preamble) then image."""
+    from PIL import Image
+
+    from glance.vl import VisionPositions
+
+    with Image.open(Path(data_dir) / record["image"]) as img:
+        image = img.convert("RGB")
+    messages = [
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": preamble + record["prompt"]},
+                {"type": "image", "image": image},
+            ],
+        }
+    ]
+    inputs = processor.apply_chat_template(
+        messages, add_generation_prompt=True, tokenize=True, return_dict=True, return_tensors="pt"
+    )
+    positions = VisionPositions(
+        inputs["pixel_values"], inputs["image_grid_thw"], inputs.get("mm_token_type_ids")
+    )
+    return inputs["input_ids"], positions
+
+
+def stop_ids(processor, target) -> list[int]:
+    """End-of-turn and end-of-text ids the output stops at."""
+    tok = getattr(processor, "tokenizer", processor)
+    ids = {tok.convert_tokens_to_ids(t) for t in ("<|im_end|>", "<|endoftext|>")}
+    eos = target.generation_config.eos_token_id
+    ids |= set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
+    unk = getattr(tok, "unk_token_id", None)
+    return sorted(i for i in ids if isinstance(i, int) and i >= 0 and i != unk)
+
+
+def plain(cfg: DictConfig) -> dict:
+    return OmegaConf.to_container(cfg, resolve=True)
