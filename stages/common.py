@@ -79,6 +79,15 @@ def task_config(cfg: DictConfig) -> DictConfig:
     return cfg.task
 
 
+def task_by_name(name: str) -> DictConfig:
+    """``conf/task/<name>.yaml``, for stages that loop over ``cfg.tasks``."""
+    path = Path(CONF_DIR) / "task" / f"{name}.yaml"
+    if not path.is_file():
+        options = ", ".join(sorted(p.stem for p in path.parent.glob("*.yaml")))
+        raise SystemExit(f"tasks: no task {name!r}; options are {options}")
+    return OmegaConf.load(path)
+
+
 def task_records(cfg: DictConfig, task: DictConfig, n: int | None) -> list[dict]:
     """The first ``n`` records of the task's JSONL file (all when ``None``); each
     image must exist. Errors name the file and line."""
@@ -103,9 +112,7 @@ def load_target(cfg: DictConfig):
     """The target and processor that the target stage resolved (``target.json``)."""
     from glance.vl import load_target as load
 
-    info = read_json(
-        Path(cfg.paths.target) / "target.json", "run `python -m stages.target` first"
-    )
+    info = read_json(Path(cfg.paths.target) / "target.json", "run `python -m stages.target` first")
     return load(
         info["path"],
         dtype=torch_dtype(cfg.dtype),

@@ -108,7 +108,7 @@ def test_saved_target_loads_like_a_real_checkpoint(tmp_path):
 
 def test_toy_head_trains_on_regenerated_answers_and_decodes_losslessly(tmp_path):
     import glance
-    from glance.toy.__main__ import toy_prompts
+    from glance.toy.world import toy_prompts
     from glance.train import HeadConfig, regenerate, train_head
     from glance.vl import VisionPositions
 

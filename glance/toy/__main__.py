@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 from pathlib import Path
 
 import numpy as np
@@ -36,67 +35,20 @@ def cmd_target(args) -> dict:
     return log
 
 
-def toy_prompts(n: int, seed: int) -> list[dict]:
-    """``n`` fresh training prompts, a uniform mix of the tasks (not the held-out set)."""
-    from glance.toy.tasks import TASKS, make_example, render
-
-    rng = np.random.default_rng([seed, 99])
-    out = []
-    for _ in range(n):
-        ex = make_example(TASKS[int(rng.integers(len(TASKS)))], rng)
-        out.append(
-            [
-                {
-                    "role": "user",
-                    "content": [
-                        {"type": "text", "text": ex.prompt},
-                        {"type": "image", "image": render(ex.lines)},
-                    ],
-                }
-            ]
-        )
-    return out
-
-
 def cmd_head(args) -> dict:
-    import torch
+    from glance.toy.world import save_json, train_toy_head
 
-    from glance.toy.world import save_json
-    from glance.train import HeadConfig, regenerate, train_head
-    from glance.vl import load_target
-
-    torch.manual_seed(args.seed)
-    target, processor = load_target(args.target, dtype=torch.float32)
-    end = processor.tokenizer.convert_tokens_to_ids("<|im_end|>")
-    start = time.perf_counter()
-    sequences = regenerate(
-        target,
-        processor,
-        toy_prompts(args.greedy, args.seed),
-        96,
-        stop_token_id=end,
+    log = train_toy_head(
+        args.target,
+        args.out,
+        greedy=args.greedy,
+        sampled=args.sampled,
+        block_size=args.block_size,
+        layers=args.layers,
+        steps=args.steps,
+        lr=args.lr,
         seed=args.seed,
     )
-    if args.sampled:
-        sequences += regenerate(
-            target,
-            processor,
-            toy_prompts(args.sampled, args.seed + 1),
-            96,
-            temperature=1.0,
-            stop_token_id=end,
-            seed=args.seed + 1,
-        )
-    regen_seconds = time.perf_counter() - start
-    mask = processor.tokenizer.convert_tokens_to_ids("<|mask|>")
-    cfg = HeadConfig(
-        block_size=args.block_size, layers=args.layers, steps=args.steps, seed=args.seed, lr=args.lr
-    )
-    head, log = train_head(target, sequences, mask, cfg)
-    from glance._io import replace_dir
-
-    replace_dir(args.out, head.save_pretrained)
-    log.update(regenerate_seconds=regen_seconds, sequences=len(sequences))
     save_json(Path(args.out) / "train_log.json", log)
     return log
 
@@ -156,8 +108,8 @@ def main(argv=None) -> None:
     p.add_argument("--greedy", type=int, default=1500)
     p.add_argument("--sampled", type=int, default=1500)
     p.add_argument("--block-size", type=int, default=16)
-    p.add_argument("--layers", type=int, default=2)
-    p.add_argument("--steps", type=int, default=1200)
+    p.add_argument("--layers", type=int, default=1)
+    p.add_argument("--steps", type=int, default=2000)
     p.add_argument("--lr", type=float, default=2e-3)
     p.add_argument("--seed", type=int, default=0)
     p = sub.add_parser("evaluate", help="exact match, entropy, tau per task, the law")

@@ -19,7 +19,17 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from glance.toy.tasks import ALPHABET, AUX_TASK, CELL, COLS, ROWS, TASKS, glyph, make_example
+from glance.toy.tasks import (
+    ALPHABET,
+    AUX_TASK,
+    CELL,
+    COLS,
+    ROWS,
+    TASKS,
+    glyph,
+    make_example,
+    render,
+)
 
 SPECIAL = (
     "<|endoftext|>",
@@ -486,3 +496,62 @@ def evaluate_decoding(
             "rounds": [(r.entropy, r.accepted) for r in tree_rounds],
         }
     return out
+
+
+def toy_prompts(n: int, seed: int) -> list:
+    """``n`` fresh training conversations, a uniform mix of the tasks (never the
+    held-out files, which are drawn from other seeds)."""
+    rng = np.random.default_rng([seed, 99])
+    out = []
+    for _ in range(n):
+        ex = make_example(TASKS[int(rng.integers(len(TASKS)))], rng)
+        image = render(ex.lines)
+        content = [{"type": "text", "text": ex.prompt}, {"type": "image", "image": image}]
+        out.append([{"role": "user", "content": content}])
+    return out
+
+
+def train_toy_head(
+    target_dir,
+    out_dir,
+    *,
+    greedy: int = 1500,
+    sampled: int = 1500,
+    block_size: int = 16,
+    layers: int = 1,
+    steps: int = 2000,
+    lr: float = 2e-3,
+    seed: int = 0,
+    max_new_tokens: int = 96,
+) -> dict:
+    """Train a DFlash head for a saved toy target on the target's own answers
+    (``greedy`` greedy ones and ``sampled`` at temperature 1) and save it to
+    ``out_dir`` (built aside, then renamed into place). Returns the training log."""
+    from glance._io import replace_dir
+    from glance.train import HeadConfig, regenerate, train_head
+    from glance.vl import load_target
+
+    torch.manual_seed(seed)
+    target, processor = load_target(target_dir, dtype=torch.float32)
+    end = processor.tokenizer.convert_tokens_to_ids("<|im_end|>")
+    start = time.perf_counter()
+    sequences = regenerate(
+        target, processor, toy_prompts(greedy, seed), max_new_tokens, stop_token_id=end, seed=seed
+    )
+    if sampled:
+        sequences += regenerate(
+            target,
+            processor,
+            toy_prompts(sampled, seed + 1),
+            max_new_tokens,
+            temperature=1.0,
+            stop_token_id=end,
+            seed=seed + 1,
+        )
+    regen_seconds = time.perf_counter() - start
+    mask = processor.tokenizer.convert_tokens_to_ids("<|mask|>")
+    cfg = HeadConfig(block_size=block_size, layers=layers, steps=steps, seed=seed, lr=lr)
+    head, log = train_head(target, sequences, mask, cfg)
+    replace_dir(out_dir, head.save_pretrained)
+    log.update(regenerate_seconds=regen_seconds, sequences=len(sequences))
+    return log

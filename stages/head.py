@@ -1,0 +1,56 @@
+"""The draft head: train the toy one, or check a given checkpoint against the target.
+
+Writes ``<paths.head>/head.json``: where the head is, its block size, layers,
+the target layers it reads, its parameter count, and for the toy head its
+training log. A trained toy head is saved in the same folder. A checkpoint is
+loaded with :func:`glance.load_block_head`, which refuses a head that does not
+fit the target (hidden size, vocabulary, layer ids) and names the field.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from stages.common import app, load_target, log, plain, read_json, setup, write_json
+
+
+@app
+def main(cfg) -> None:
+    import glance
+
+    setup(cfg)
+    out = Path(cfg.paths.head)
+    h = cfg.head
+    if h.source == "toy":
+        from glance.toy.world import train_toy_head
+
+        info = read_json(Path(cfg.paths.target) / "target.json", "run the target stage first")
+        if info["source"] != "toy":
+            raise SystemExit("head=toy trains on the toy target only; use head=checkpoint")
+        train_log = train_toy_head(info["path"], out, **plain(h.train))
+        path, extra = out, {"train": train_log}
+    elif h.source == "checkpoint":
+        path, extra = Path(str(h.path)), {}
+        out.mkdir(parents=True, exist_ok=True)
+    else:
+        raise SystemExit(f"head.source: expected toy or checkpoint; got {h.source!r}")
+    target, _ = load_target(cfg)
+    head = glance.load_block_head(path, target=target)  # raises if it does not fit
+    config = json.loads((Path(path) / "config.json").read_text(encoding="utf-8"))
+    summary = {
+        "name": h.name,
+        "source": h.source,
+        "path": str(path),
+        "block_size": int(head.block_size),
+        "layers": int(config.get("num_hidden_layers", 0)),
+        "target_layer_ids": list(head.target_layer_ids),
+        "parameters": sum(p.numel() for p in head.parameters()),
+        **extra,
+    }
+    write_json(out / "head.json", summary)
+    log.info("head %s: block %d, reads layers %s", h.name, head.block_size, head.target_layer_ids)
+
+
+if __name__ == "__main__":
+    main()
