@@ -43,7 +43,7 @@ def main(cfg) -> None:
         train = TrainConfig(**plain(t.train))
         train_log = train_target(out, train, TargetSize(**plain(t.size)))
         model, processor = load_target(out, dtype=_dtype(cfg))
-        quality = evaluate_target(model, processor, cfg.paths.data, n=10)
+        quality = evaluate_target(model, processor, cfg.paths.data, n=int(t.heldout))
         info = describe(out) | {"train": train_log, "heldout": quality}
     elif t.source == "pretrained":
         if not t.path:

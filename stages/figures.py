@@ -1,0 +1,188 @@
+"""The paper's four panels and its main table, from the stages' JSON outputs.
+
+* ``figures/law.png`` (a): mean accepted length per entropy decile, one curve per
+  task, with the pooled law's fitted curve and its R² against the ceiling.
+* ``figures/tree_vs_chain.png`` (b): pooled tau of the chain and of GLANCE per task.
+* ``figures/context.png`` (c): GLANCE's tau over the chain's at two context lengths.
+* ``figures/budget.png`` (d): speedup over greedy against the verifier budget N,
+  with its bootstrap interval.
+* ``results/main_table.md`` and ``.json``: per task, tau and speedup of the
+  autoregressive baseline, the chain and GLANCE, with intervals, and the
+  geometric mean of the speedups.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from stages.common import app, log, read_json, setup, write_json
+
+
+def save_figure(fig, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".png", dir=path.parent)
+    os.close(fd)
+    try:
+        fig.savefig(tmp, dpi=130, bbox_inches="tight")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def main_table(summaries: dict) -> tuple[dict, str]:
+    from glance.metrics import geometric_mean
+
+    rows, speedups = {}, {"chain": [], "glance": []}
+    for task, s in summaries.items():
+        row = {"ar": {"tau": 1.0, "ms_per_token": s["systems"]["ar"]["ms_per_token"]}}
+        for system in ("chain", "glance"):
+            if system in s["systems"]:
+                x = s["systems"][system]
+                row[system] = {"tau": x["tau"], "speedup": x["speedup"]}
+                speedups[system].append(x["speedup"]["estimate"])
+        rows[task] = row
+    geo = {k: geometric_mean(v) for k, v in speedups.items() if v}
+    table = {"tasks": rows, "geometric_mean_speedup": geo}
+
+    def cell(row, system):
+        if system not in row:
+            return "n/a | n/a"
+        sp = row[system]["speedup"]
+        return (
+            f"{row[system]['tau']:.2f} | {sp['estimate']:.2f}x [{sp['low']:.2f}, {sp['high']:.2f}]"
+        )
+
+    lines = [
+        "| task | AR ms/token | chain tau | chain speedup | GLANCE tau | GLANCE speedup |",
+        "|---|---|---|---|---|---|",
+    ]
+    for task, row in rows.items():
+        lines.append(
+            f"| {task} | {row['ar']['ms_per_token']:.2f} | {cell(row, 'chain')} | "
+            f"{cell(row, 'glance')} |"
+        )
+    lines.append(
+        "| geometric mean | | | "
+        + (f"{geo['chain']:.2f}x" if "chain" in geo else "n/a")
+        + " | | "
+        + (f"{geo['glance']:.2f}x" if "glance" in geo else "n/a")
+        + " |"
+    )
+    return table, "\n".join(lines) + "\n"
+
+
+@app
+def main(cfg) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from glance._io import atomic_write_text
+    from glance.law import DraftabilityLaw
+
+    setup(cfg)
+    results, figures = Path(cfg.paths.results), Path(cfg.paths.figures)
+    summaries = {
+        t: read_json(results / "decode" / t / "summary.json", f"run the decode stage for {t}")
+        for t in cfg.tasks
+    }
+
+    # (a) the law
+    law = read_json(results / "law.json", "run the fit_law stage first")
+    fig, ax = plt.subplots(figsize=(5.5, 4))
+    for task, fitted in law["tasks"].items():
+        if "error" not in fitted:
+            ax.plot(fitted["decile_entropy"], fitted["decile_accepted"], "o-", ms=3, label=task)
+    pooled = law["pooled"]
+    if "error" not in pooled:
+        model = DraftabilityLaw.from_dict(
+            {k: v for k, v in pooled.items() if k not in ("holds", "conditions")}
+        )
+        h = np.linspace(0, max(max(pooled["decile_entropy"]), 1e-3) * 1.05, 200)
+        ax.plot(
+            h,
+            model.expected(h, cap=summaries[cfg.tasks[0]]["cap"]),
+            "k--",
+            label=f"pooled law (R² {pooled['r2_round']:.2f} of ceiling {pooled['r2_ceiling']:.2f})",
+        )
+    ax.set_xlabel("target entropy H at the round's root (nats)")
+    ax.set_ylabel("mean accepted length a")
+    ax.set_title("(a) accepted length against entropy, by decile")
+    ax.legend(fontsize=7)
+    save_figure(fig, figures / "law.png")
+    plt.close(fig)
+
+    # (b) tree against chain
+    fig, ax = plt.subplots(figsize=(5.5, 3.5))
+    x = np.arange(len(summaries))
+    chain = [s["systems"].get("chain", {}).get("tau", np.nan) for s in summaries.values()]
+    tree = [s["systems"]["glance"]["tau"] for s in summaries.values()]
+    ax.bar(x - 0.2, chain, 0.4, label="chain (width 1)")
+    ax.bar(x + 0.2, tree, 0.4, label=f"GLANCE (N={cfg.budget})")
+    ax.set_xticks(x, list(summaries))
+    ax.set_ylabel("tau (tokens per round)")
+    ax.set_title("(b) tree against chain")
+    ax.legend(fontsize=7)
+    save_figure(fig, figures / "tree_vs_chain.png")
+    plt.close(fig)
+
+    # (c) margin at two context lengths
+    context = {
+        int(n): read_json(
+            results / "context" / f"ctx-{n}" / "summary.json", "run the context stage first"
+        )
+        for n in cfg.context_sweep.lengths
+    }
+    fig, ax = plt.subplots(figsize=(4.5, 3.5))
+    lengths = list(context)
+    margins = [context[n]["tree_over_chain"] for n in lengths]
+    ax.bar([str(n) for n in lengths], margins, color="tab:green")
+    ax.axhline(1.0, color="k", lw=0.8)
+    ax.set_xlabel("extra context tokens")
+    ax.set_ylabel("GLANCE tau / chain tau")
+    ax.set_title(f"(c) margin over the chain ({cfg.context_sweep.task})")
+    save_figure(fig, figures / "context.png")
+    plt.close(fig)
+
+    # (d) speedup against budget
+    sweep = {
+        int(b): read_json(
+            results / "sweep" / f"budget-{b}" / "summary.json", "run the sweep stage first"
+        )
+        for b in cfg.sweep.budgets
+    }
+    budgets = sorted(sweep)
+    sp = [sweep[b]["systems"]["glance"]["speedup"] for b in budgets]
+    est = np.array([s["estimate"] for s in sp])
+    err = np.array([est - [s["low"] for s in sp], [s["high"] for s in sp] - est])
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    ax.errorbar(budgets, est, yerr=np.clip(err, 0, None), fmt="o-", capsize=3)
+    ax.axhline(1.0, color="k", lw=0.8)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("verifier budget N (tree nodes)")
+    ax.set_ylabel("speedup over greedy")
+    ax.set_title(f"(d) speedup against budget ({cfg.sweep.task})")
+    save_figure(fig, figures / "budget.png")
+    plt.close(fig)
+
+    table, markdown = main_table(summaries)
+    table["budget_sweep"] = {
+        str(b): {
+            "tau": sweep[b]["systems"]["glance"]["tau"],
+            "speedup": sweep[b]["systems"]["glance"]["speedup"],
+        }
+        for b in budgets
+    }
+    write_json(results / "main_table.json", table)
+    atomic_write_text(results / "main_table.md", markdown)
+    log.info("figures in %s; main table:\n%s", figures, markdown)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,95 @@
+"""Fit the draftability law per task and pooled, from GLANCE's measured rounds.
+
+Reads ``results/decode/<task>/rounds.jsonl`` (rounds of ``system == "glance"``)
+and each summary's ``cap`` (the deepest offset a round can accept, so rounds at
+the cap count as censored). Writes ``results/law.json``: per task and pooled,
+b0, b1, r2_round, r2_ceiling, the decile curve, Spearman, and ``holds()`` with
+its four conditions; and ``results/law_deciles.csv`` (task, entropy, accepted,
+fitted, count) for ``dvc plots``. A task whose rounds cannot be fitted (for
+example every round at the cap) is reported with the reason instead of numbers.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from stages.common import app, log, read_json, setup, write_json
+
+
+def read_rounds(path: Path, system: str = "glance") -> tuple[np.ndarray, np.ndarray]:
+    entropy, accepted = [], []
+    with open(path, encoding="utf-8") as f:
+        for number, line in enumerate(f, 1):
+            try:
+                r = json.loads(line)
+                if r["system"] == system:
+                    entropy.append(float(r["entropy"]))
+                    accepted.append(int(r["accepted"]))
+            except (json.JSONDecodeError, KeyError, TypeError, ValueError) as err:
+                raise ValueError(
+                    f"{path}:{number}: expected a round record with system, entropy and "
+                    f"accepted ({err})"
+                ) from err
+    return np.array(entropy), np.array(accepted, dtype=np.int64)
+
+
+def fit(entropy, accepted, cap) -> dict:
+    from glance.law import DraftabilityLaw
+
+    try:
+        law = DraftabilityLaw.fit(entropy, accepted, cap=cap)
+    except ValueError as err:
+        return {"n": int(len(entropy)), "error": str(err)}
+    ok, conditions = law.holds()
+    return law.to_dict() | {"holds": ok, "conditions": conditions}
+
+
+@app
+def main(cfg) -> None:
+    from glance._io import atomic_write_text
+
+    setup(cfg)
+    results = Path(cfg.paths.results)
+    per_task, pooled_h, pooled_a, pooled_cap = {}, [], [], []
+    for name in cfg.tasks:
+        folder = results / "decode" / name
+        summary = read_json(folder / "summary.json", f"run the decode stage for {name}")
+        h, a = read_rounds(folder / "rounds.jsonl")
+        cap = np.full(len(h), int(summary["cap"]))
+        per_task[name] = fit(h, a, cap)
+        pooled_h.append(h)
+        pooled_a.append(a)
+        pooled_cap.append(cap)
+    pooled = fit(np.concatenate(pooled_h), np.concatenate(pooled_a), np.concatenate(pooled_cap))
+    write_json(results / "law.json", {"pooled": pooled, "tasks": per_task})
+    rows = ["task,entropy,accepted,fitted,count"]
+    for name, law in [*per_task.items(), ("pooled", pooled)]:
+        if "error" in law:
+            continue
+        for h, a, f, c in zip(
+            law["decile_entropy"],
+            law["decile_accepted"],
+            law["decile_fitted"],
+            law["decile_count"],
+            strict=True,
+        ):
+            rows.append(f"{name},{h:.6g},{a:.6g},{f:.6g},{c}")
+    atomic_write_text(results / "law_deciles.csv", "\n".join(rows) + "\n")
+    if "error" in pooled:
+        log.warning("pooled law not fitted: %s", pooled["error"])
+    else:
+        log.info(
+            "pooled law: b0 %.3f, b1 %.3f, r2_round %.3f, ceiling %.3f, holds %s",
+            pooled["b0"],
+            pooled["b1"],
+            pooled["r2_round"],
+            pooled["r2_ceiling"],
+            pooled["holds"],
+        )
+
+
+if __name__ == "__main__":
+    main()

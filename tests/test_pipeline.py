@@ -1,0 +1,210 @@
+"""The pipeline: conf/ composition, params.yaml, dvc.yaml wiring, and `dvc repro`
+end to end on a shrunken toy world."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytest.importorskip("hydra", reason="the pipeline extra is part of the README's test install")
+
+from stages.audit import verdict  # noqa: E402
+from stages.params import compose_params  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+TASKS = ["caption", "textvqa", "infovqa", "docvqa", "chartqa"]
+
+# Small enough for two CPU cores: a barely trained target and head, two
+# measured prompts per task, two budgets and two context lengths.
+TINY = [
+    "prepare.n=3",
+    "target.train.steps=3",
+    "target.heldout=1",
+    "head.train.greedy=4",
+    "head.train.sampled=2",
+    "head.train.steps=3",
+    "decode.n=2",
+    "decode.max_new_tokens=10",
+    "decode.bootstrap=200",
+    "sweep.budgets=[1,7]",
+    "sweep.n=2",
+    "context_sweep.lengths=[0,16]",
+    "context_sweep.n=2",
+    "audit.n=1",
+    "threads=1",
+]
+
+
+def run(*args, cwd=ROOT, check=True):
+    env = dict(os.environ, PYTHONPATH=str(ROOT), HYDRA_FULL_ERROR="0")
+    proc = subprocess.run(
+        [sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=1800
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{args} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}")
+    return proc
+
+
+def test_params_yaml_is_the_composition_of_conf():
+    committed = yaml.safe_load((ROOT / "params.yaml").read_text())
+    assert committed == compose_params(), "params.yaml is stale: run `python -m stages.params`"
+
+
+def test_short_names_follow_decode_keys_and_can_be_overridden():
+    p = compose_params(["decode.budget=31", "decode.timing=legacy"])
+    assert p["budget"] == 31 and p["decode"]["budget"] == 31 and p["timing"] == "legacy"
+    p = compose_params(["budget=15"])
+    assert p["budget"] == 15 and p["decode"]["budget"] == 63
+
+
+@pytest.mark.parametrize("target", ["toy", "qwen3_vl_8b", "qwen2_5_vl_7b"])
+def test_every_target_config_composes(target):
+    p = compose_params([f"target={target}", "+task=chartqa"])
+    assert p["target"]["name"] == target
+    assert p["task"]["file"] == "chartqa.jsonl"
+    assert p["dtype"] == ("float32" if target == "toy" else "bfloat16")
+
+
+def test_every_stage_param_exists_in_params_yaml():
+    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
+    for name, stage in stages.items():
+        body = stage.get("do", stage)
+        for key in body.get("params", []):
+            node = params
+            for part in key.split("."):
+                assert part in node, f"dvc.yaml stage {name} reads {key}, not in params.yaml"
+                node = node[part]
+
+
+def test_unknown_task_fails_with_hydras_options():
+    proc = run("-m", "stages.decode", "+task=nope", check=False)
+    assert proc.returncode != 0
+    text = proc.stdout + proc.stderr
+    assert "nope" in text and all(t in text for t in TASKS)
+
+
+def test_missing_task_names_the_options():
+    proc = run("-m", "stages.decode", check=False)
+    assert proc.returncode != 0
+    assert "+task=" in proc.stderr and "chartqa" in proc.stderr
+
+
+def test_audit_verdicts():
+    assert verdict([1, 2], [1, 2], {"glance": [1, 2], "chain": [1, 2]}) == "equal"
+    assert verdict([1, 2], [1, 2], {"glance": [1, 3], "chain": [1, 2]}) == "MISMATCH"
+    assert verdict([1, 2], [1, 4], {"glance": [1, 3], "chain": [1, 2]}) == "control_differs"
+
+
+def test_prepare_rejects_a_bad_task_folder(tmp_path):
+    source = tmp_path / "src"
+    source.mkdir()
+    for t in TASKS:
+        (source / f"{t}.jsonl").write_text('{"image": "a.png", "prompt": "q"}\n')
+    (source / "docvqa.jsonl").write_text('{"image": "a.png", "prompt": "q"}\nnot json\n')
+    (source / "a.png").write_bytes(b"png")
+    out = tmp_path / "data"
+    proc = run("-m", "stages.prepare", f"prepare.source={source}", f"paths.data={out}", check=False)
+    assert proc.returncode != 0
+    assert "docvqa.jsonl:2" in proc.stderr
+    assert not out.exists(), "a failed prepare left a half-written data folder"
+
+
+@pytest.fixture(scope="module")
+def repro(tmp_path_factory):
+    """`dvc repro` of the whole pipeline in a copy of the project, on TINY params."""
+    pytest.importorskip("dvc")
+    work = tmp_path_factory.mktemp("pipeline")
+    for item in ("conf", "stages", "glance", "dvc.yaml"):
+        src = ROOT / item
+        if src.is_dir():
+            shutil.copytree(src, work / item, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(src, work / item)
+    dvc = [str(Path(sys.executable).parent / "dvc")]
+    subprocess.run([*dvc, "init", "--no-scm", "-q"], cwd=work, check=True)
+    shutil.copy2(ROOT / ".dvc" / "config", work / ".dvc" / "config")
+    # What `dvc exp run -S ...` would write: the composition with the overrides.
+    (work / "params.yaml").write_text(yaml.safe_dump(compose_params(TINY)))
+    env = dict(os.environ, PYTHONPATH=str(work))
+    proc = subprocess.run(
+        [*dvc, "repro", "--no-run-cache"], cwd=work, env=env, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    return work
+
+
+def test_repro_writes_every_declared_output(repro):
+    stages = yaml.safe_load((repro / "dvc.yaml").read_text())["stages"]
+    lock = yaml.safe_load((repro / "dvc.lock").read_text())["stages"]
+    assert {"prepare", "target", "head", "audit", "fit_law", "figures"} <= set(lock)
+    assert {f"decode@{t}" for t in TASKS} <= set(lock)
+    assert {"sweep@1", "sweep@7", "context@0", "context@16"} <= set(lock)
+    for png in ("law", "tree_vs_chain", "context", "budget"):
+        data = (repro / "figures" / f"{png}.png").read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
+    assert len(stages) == 9
+
+
+def test_repro_decode_summaries(repro):
+    for task in TASKS:
+        s = json.loads((repro / "results" / "decode" / task / "summary.json").read_text())
+        assert s["n"] == 2 and s["max_new_tokens"] == 10 and s["budget"] == 63
+        for system in ("glance", "chain"):
+            x = s["systems"][system]
+            assert x["matches_baseline"] == 2, "float32 decoding differed from greedy"
+            assert x["speedup"]["low"] <= x["speedup"]["estimate"] <= x["speedup"]["high"]
+            assert 1.0 <= x["tau"] <= s["cap"] + 1
+        rounds = [
+            json.loads(line)
+            for line in (repro / "results" / "decode" / task / "rounds.jsonl").open()
+        ]
+        glance_rounds = [r for r in rounds if r["system"] == "glance"]
+        assert len(glance_rounds) == s["systems"]["glance"]["rounds"]
+        assert {r["prompt"] for r in rounds} == {1, 2}, "warm-up rounds were reported"
+        assert all(r["tree_size"] <= 63 for r in glance_rounds)
+
+
+def test_repro_sweep_and_context_runs(repro):
+    for budget in (1, 7):
+        s = json.loads(
+            (repro / "results" / "sweep" / f"budget-{budget}" / "summary.json").read_text()
+        )
+        assert s["budget"] == budget and s["task"] == "docvqa" and "chain" not in s["systems"]
+    short = json.loads((repro / "results" / "context" / "ctx-0" / "summary.json").read_text())
+    long = json.loads((repro / "results" / "context" / "ctx-16" / "summary.json").read_text())
+    assert short["context"] == 0 and long["context"] == 16 and "tree_over_chain" in long
+
+
+def test_repro_audit_law_and_table(repro):
+    audit = json.loads((repro / "results" / "audit.json").read_text())
+    assert audit["prompts"] == 5 and audit["mismatch"] == 0
+    law = json.loads((repro / "results" / "law.json").read_text())
+    assert set(law["tasks"]) == set(TASKS) and "pooled" in law
+    table = json.loads((repro / "results" / "main_table.json").read_text())
+    assert set(table["tasks"]) == set(TASKS)
+    assert table["geometric_mean_speedup"]["glance"] > 0
+    md = (repro / "results" / "main_table.md").read_text()
+    assert md.count("\n") == len(TASKS) + 3 and "geometric mean" in md
+
+
+def test_repro_is_reproducible_and_up_to_date(repro):
+    dvc = str(Path(sys.executable).parent / "dvc")
+    env = dict(os.environ, PYTHONPATH=str(repro))
+    # Rerun the data stage: the same config must give the same bytes, so
+    # nothing downstream goes stale.
+    again = subprocess.run(
+        [dvc, "repro", "-f", "-s", "prepare"], cwd=repro, env=env, capture_output=True, text=True
+    )
+    assert again.returncode == 0, again.stderr[-3000:]
+    status = subprocess.run([dvc, "status"], cwd=repro, env=env, capture_output=True, text=True)
+    assert status.returncode == 0 and "up to date" in status.stdout, status.stdout
+    shown = subprocess.run(
+        [dvc, "metrics", "show", "--json"], cwd=repro, env=env, capture_output=True, text=True
+    )
+    assert shown.returncode == 0 and "tau" in shown.stdout
