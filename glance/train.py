@@ -327,6 +327,8 @@ def regenerate(
     takes them. Prompts are left-padded in batches and decoded with the
     target's own ``generate``; each result is a :class:`Sequence` of the
     unpadded prompt plus the response up to and including the stop token.
+    Vision placeholder ids (image, video, vision start and end) are suppressed
+    in responses.
     """
     from tqdm import tqdm
 
@@ -334,6 +336,18 @@ def regenerate(
 
     stop = stop_token_id if stop_token_id is not None else processor.tokenizer.eos_token_id
     pad = processor.tokenizer.pad_token_id
+    # A response holding an image placeholder would be read as an image with no
+    # pixels when its features are computed, so those ids are never generated.
+    suppress = [
+        i
+        for name in (
+            "image_token_id",
+            "video_token_id",
+            "vision_start_token_id",
+            "vision_end_token_id",
+        )
+        if isinstance(i := getattr(target.config, name, None), int)
+    ]
     out: list[Sequence] = []
     for start in tqdm(
         range(0, len(conversations), batch_size), desc="regenerate", disable=not progress
@@ -355,7 +369,12 @@ def regenerate(
             else dict(do_sample=False)
         )
         ids = target.generate(
-            **inputs, max_new_tokens=max_new_tokens, eos_token_id=stop, pad_token_id=pad, **sampling
+            **inputs,
+            max_new_tokens=max_new_tokens,
+            eos_token_id=stop,
+            pad_token_id=pad,
+            suppress_tokens=suppress or None,
+            **sampling,
         )
         width = inputs["input_ids"].shape[1]
         grids = inputs.get("image_grid_thw")

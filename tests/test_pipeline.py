@@ -127,7 +127,8 @@ def repro(tmp_path_factory):
         else:
             shutil.copy2(src, work / item)
     dvc = [str(Path(sys.executable).parent / "dvc")]
-    subprocess.run([*dvc, "init", "--no-scm", "-q"], cwd=work, check=True)
+    subprocess.run(["git", "init", "-q"], cwd=work, check=True)
+    subprocess.run([*dvc, "init", "-q"], cwd=work, check=True)
     shutil.copy2(ROOT / ".dvc" / "config", work / ".dvc" / "config")
     # What `dvc exp run -S ...` would write: the composition with the overrides.
     (work / "params.yaml").write_text(yaml.safe_dump(compose_params(TINY)))

@@ -127,10 +127,13 @@ def test_toy_head_trains_on_regenerated_answers_and_decodes_losslessly(tmp_path)
         )
         # Left padding is stripped: the prompt is exactly the unbatched prompt.
         assert seq.input_ids[: seq.prompt_len].tolist() == alone["input_ids"][0].tolist()
-        # The response is the target's own greedy answer.
-        pos = VisionPositions(alone["pixel_values"], alone["image_grid_thw"])
-        want = glance.greedy_generate(
-            target, alone["input_ids"], 12, positions=pos, stop_token_ids=[end]
+        # The response is the target's own greedy answer, unbatched, with the
+        # vision placeholders suppressed as regenerate suppresses them.
+        cfg = target.config
+        suppress = [cfg.image_token_id, cfg.video_token_id]
+        suppress += [cfg.vision_start_token_id, cfg.vision_end_token_id]
+        want = target.generate(
+            **alone, max_new_tokens=12, do_sample=False, eos_token_id=end, suppress_tokens=suppress
         )
         assert seq.input_ids.tolist() == want[0].tolist()
     mask = processor.tokenizer.convert_tokens_to_ids("<|mask|>")
@@ -152,3 +155,37 @@ def test_toy_head_trains_on_regenerated_answers_and_decodes_losslessly(tmp_path)
         head, target, alone["input_ids"], 20, budget=15, branch_k=3, positions=pos
     )
     assert got.tolist() == want.tolist()
+
+
+def test_sampled_regeneration_never_emits_vision_placeholders(tmp_path):
+    # An untrained target sampling at a high temperature spreads mass over every
+    # id, the image placeholder included; a response holding one would break the
+    # feature pass (an image token with no pixels).
+    from glance.toy.world import toy_prompts
+    from glance.train import regenerate, sequence_features
+
+    out = tmp_path / "target"
+    train_target(
+        out, TrainConfig(steps=1, batch=2), TargetSize(hidden=32, layers=2), progress=False
+    )
+    target, processor = load_target(out, dtype=torch.float32)
+    seqs = regenerate(
+        target,
+        processor,
+        toy_prompts(8, seed=1),
+        40,
+        temperature=50.0,
+        batch_size=8,
+        seed=0,
+        progress=False,
+    )
+    vision = {
+        target.config.image_token_id,
+        target.config.vision_start_token_id,
+        target.config.vision_end_token_id,
+    }
+    responses = [s.input_ids[s.prompt_len :].tolist() for s in seqs]
+    assert sum(len(r) for r in responses) > 100  # sampling ran long enough to matter
+    assert not vision & {t for r in responses for t in r}
+    for s in seqs:
+        assert sequence_features(target, s, [0, 1]).shape[0] == s.input_ids.shape[0]
