@@ -34,6 +34,11 @@ def save_figure(fig, path: Path) -> None:
         raise
 
 
+def _num(x) -> str:
+    """A figure for a label; NaN (written to JSON as null) shows as n/a."""
+    return "n/a" if x is None else f"{x:.2f}"
+
+
 def main_table(summaries: dict) -> tuple[dict, str]:
     from glance.metrics import geometric_mean
 
@@ -109,7 +114,8 @@ def main(cfg) -> None:
             h,
             model.expected(h, cap=summaries[cfg.tasks[0]]["cap"]),
             "k--",
-            label=f"pooled law (R² {pooled['r2_round']:.2f} of ceiling {pooled['r2_ceiling']:.2f})",
+            label=f"pooled law (R² {_num(pooled['r2_round'])} of ceiling "
+            f"{_num(pooled['r2_ceiling'])})",
         )
     ax.set_xlabel("target entropy H at the round's root (nats)")
     ax.set_ylabel("mean accepted length a")
@@ -165,6 +171,8 @@ def main(cfg) -> None:
     ax.errorbar(budgets, est, yerr=np.clip(err, 0, None), fmt="o-", capsize=3)
     ax.axhline(1.0, color="k", lw=0.8)
     ax.set_xscale("log", base=2)
+    ax.set_xticks(budgets, [str(b) for b in budgets])
+    ax.minorticks_off()
     ax.set_xlabel("verifier budget N (tree nodes)")
     ax.set_ylabel("speedup over greedy")
     ax.set_title(f"(d) speedup against budget ({cfg.sweep.task})")

@@ -82,7 +82,7 @@ def main(cfg) -> None:
         log.warning("pooled law not fitted: %s", pooled["error"])
     else:
         log.info(
-            "pooled law: b0 %.3f, b1 %.3f, r2_round %.3f, ceiling %.3f, holds %s",
+            "pooled law: b0 %s, b1 %s, r2_round %s, ceiling %s, holds %s",
             pooled["b0"],
             pooled["b1"],
             pooled["r2_round"],

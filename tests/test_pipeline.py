@@ -209,3 +209,18 @@ def test_repro_is_reproducible_and_up_to_date(repro):
         [dvc, "metrics", "show", "--json"], cwd=repro, env=env, capture_output=True, text=True
     )
     assert shown.returncode == 0 and "tau" in shown.stdout
+
+
+def test_results_notebook_runs_on_the_outputs(repro, monkeypatch):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    nb = json.loads((ROOT / "notebooks" / "results.ipynb").read_text())
+    monkeypatch.chdir(repro / "results")  # the notebook finds the project root itself
+    scope = {}
+    for cell in nb["cells"]:
+        if cell["cell_type"] == "code":
+            exec(compile("".join(cell["source"]), "results.ipynb", "exec"), scope)
+    assert len(scope["main"]) == 2 * len(TASKS)
+    assert set(scope["fits"]) == {*TASKS, "pooled"}
+    assert scope["audit"]["mismatch"] == 0
