@@ -224,3 +224,35 @@ def test_results_notebook_runs_on_the_outputs(repro, monkeypatch):
     assert len(scope["main"]) == 2 * len(TASKS)
     assert set(scope["fits"]) == {*TASKS, "pooled"}
     assert scope["audit"]["mismatch"] == 0
+
+
+def test_exp_run_set_param_reaches_the_stages(repro):
+    # `dvc exp run -S` recomposes conf/ with the overrides into params.yaml (Hydra
+    # composition is on in .dvc/config); the stages must then decode with them.
+    dvc = str(Path(sys.executable).parent / "dvc")
+    env = dict(
+        os.environ,
+        PYTHONPATH=str(repro),
+        GIT_AUTHOR_NAME="t",
+        GIT_AUTHOR_EMAIL="t@t",
+        GIT_COMMITTER_NAME="t",
+        GIT_COMMITTER_EMAIL="t@t",
+    )
+    subprocess.run(["git", "add", "-A"], cwd=repro, env=env, check=True, capture_output=True)
+    subprocess.run(["git", "commit", "-qm", "tiny"], cwd=repro, env=env, check=True)
+    sets = [arg for o in [*TINY, "decode.budget=7"] for arg in ("-S", o)]
+    proc = subprocess.run(
+        [dvc, "exp", "run", *sets], cwd=repro, env=env, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    params = yaml.safe_load((repro / "params.yaml").read_text())
+    assert params["decode"]["budget"] == 7 and params["budget"] == 7
+    assert "Running stage 'target'" not in proc.stdout, "an unrelated stage reran"
+    for task in TASKS:
+        s = json.loads((repro / "results" / "decode" / task / "summary.json").read_text())
+        assert s["budget"] == 7
+        rounds = [
+            json.loads(line)
+            for line in (repro / "results" / "decode" / task / "rounds.jsonl").open()
+        ]
+        assert all(r["tree_size"] <= 7 for r in rounds if r["system"] == "glance")
