@@ -1,0 +1,359 @@
+"""Speed side by side: GLANCE against what a user would otherwise run.
+
+Rows, all on the same prompts in one process, interleaved prompt by prompt
+(A B C ... A B C ...) so that machine drift falls on every row alike:
+
+* ``hf_greedy``: ``target.generate(do_sample=False)``, the baseline;
+* ``hf_prompt_lookup``: ``target.generate(prompt_lookup_num_tokens=...)``, the
+  strongest draft-free method (it copies from the text prompt, never the image);
+* ``dflash_chain``: ``dflash.model.dflash_generate``, the package's own chain,
+  with the same head (its target calls get the image inputs and M-RoPE rows);
+* ``glance_greedy``, ``glance_chain``, ``glance_tree`` (``budget``) and
+  ``glance_auto`` (``budget="auto"``).
+
+Every row is timed the same way, wall clock around the whole call (prefill
+included), with the device synchronised. Per task and row: median ms per
+token, tokens per second, tau where it applies, peak memory (the device
+allocator's peak on CUDA; on CPU the peak resident-set growth during the call,
+sampled every millisecond), and the speedup over ``hf_greedy`` with its paired
+bootstrap interval. Then the cost curves: verify-pass time against tree size,
+ms per token against output length, and the host share of a round against the
+budget. Writes ``results/bench.json`` and ``results/bench.md``.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+from stages.common import (
+    app,
+    load_head,
+    load_target,
+    log,
+    prompt_inputs,
+    setup,
+    stop_ids,
+    task_by_name,
+    task_records,
+    write_json,
+)
+
+ROWS = (
+    "hf_greedy",
+    "hf_prompt_lookup",
+    "dflash_chain",
+    "glance_greedy",
+    "glance_chain",
+    "glance_tree",
+    "glance_auto",
+)
+
+
+class PeakMemory:
+    """Peak memory growth (MiB) over a block: CUDA's allocator peak, or on CPU
+    the resident set sampled every millisecond from ``/proc/self/statm``."""
+
+    def __init__(self, device):
+        self.device = device
+        self.mib = float("nan")
+
+    @staticmethod
+    def _rss() -> int:
+        with open("/proc/self/statm", encoding="ascii") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+    def __enter__(self):
+        import torch
+
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            torch.cuda.reset_peak_memory_stats(self.device)
+            self._base = torch.cuda.memory_allocated(self.device)
+            return self
+        self._base = self._peak = self._rss()
+        self._stop = threading.Event()
+
+        def poll():
+            while not self._stop.wait(0.001):
+                self._peak = max(self._peak, self._rss())
+
+        self._thread = threading.Thread(target=poll, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        import torch
+
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            peak = torch.cuda.max_memory_allocated(self.device)
+        else:
+            self._stop.set()
+            self._thread.join()
+            peak = max(self._peak, self._rss())
+        self.mib = (peak - self._base) / 2**20
+        return False
+
+
+class WithImage:
+    """A target whose first call (the prefill) gets the image inputs and M-RoPE
+    ids, and whose later calls get 3-row positions with the rope delta: what
+    ``dflash_generate``, written for text targets, needs to run a VL prompt."""
+
+    def __init__(self, target, positions):
+        self._target, self._positions, self._delta = target, positions, None
+
+    def __getattr__(self, name):
+        return getattr(self._target, name)
+
+    def __call__(self, input_ids, position_ids=None, **kwargs):
+        if self._delta is None:
+            extra, self._delta = self._positions.prefill(self._target, input_ids)
+            return self._target(input_ids, **extra, **kwargs)
+        rows = self._positions.rows(position_ids[0], self._delta)
+        return self._target(input_ids, position_ids=rows, **kwargs)
+
+
+def sync(device) -> None:
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def run_row(row, cfg, target, head, processor, ids, positions, max_new, stops) -> dict:
+    """One timed call of one row: new tokens, wall ms, tau (or None), peak MiB."""
+    import dflash.model as dflash_model
+    import torch
+
+    import glance
+
+    device = target.device
+    kw = dict(positions=positions, stop_token_ids=stops, return_stats=True)
+    rounds = None  # (committed, rounds) for the rows that draft
+    with PeakMemory(device) as mem, torch.inference_mode():
+        sync(device)
+        start = time.perf_counter()
+        if row.startswith("hf_"):
+            inputs = dict(
+                input_ids=ids.to(device),
+                attention_mask=torch.ones_like(ids).to(device),
+                pixel_values=positions.pixel_values.to(device, target.dtype),
+                image_grid_thw=positions.image_grid_thw.to(device),
+            )
+            extra = {}
+            if row == "hf_prompt_lookup":
+                extra["prompt_lookup_num_tokens"] = int(cfg.bench.lookup_tokens)
+            out = target.generate(
+                **inputs,
+                max_new_tokens=max_new,
+                do_sample=False,
+                eos_token_id=stops or None,
+                pad_token_id=stops[0] if stops else None,
+                **extra,
+            )
+            new = out[0, ids.shape[1] :].tolist()
+        elif row == "dflash_chain":
+            res = dflash_model.dflash_generate(
+                head,
+                WithImage(target, positions),
+                ids.to(device),
+                max_new,
+                stops or None,
+                return_stats=True,
+            )
+            new = res.output_ids[0, ids.shape[1] :].tolist()
+            rounds = (sum(res.acceptance_lengths), len(res.acceptance_lengths))
+        else:
+            if row == "glance_greedy":
+                out, stats = glance.greedy_generate(target, ids, max_new, **kw)
+            elif row == "glance_chain":
+                out, stats = glance.chain_generate(head, target, ids, max_new, **kw)
+            else:
+                budget = int(cfg.budget) if row == "glance_tree" else "auto"
+                out, stats = glance.generate(
+                    head, target, ids, max_new, budget=budget, branch_k=int(cfg.branch_k), **kw
+                )
+            if row != "glance_greedy":
+                rounds = (sum(r.committed for r in stats.rounds), len(stats.rounds))
+            new = out[0, ids.shape[1] :].tolist()
+        sync(device)
+        ms = (time.perf_counter() - start) * 1e3
+    if stops and any(t in stops for t in new):  # transformers keeps padding after a stop
+        new = new[: min(new.index(t) for t in stops if t in new) + 1]
+    return {"ids": new, "ms": ms, "new_tokens": len(new), "rounds": rounds, "peak_mib": mem.mib}
+
+
+def summarise(runs: dict, seed: int, resamples: int) -> dict:
+    from glance.metrics import drop_warmup, paired_bootstrap, pooled_tau
+
+    base = list(drop_warmup(runs["hf_greedy"]))
+    out = {}
+    for row, calls in runs.items():
+        calls = list(drop_warmup(calls))
+        per_token = [c["ms"] / max(c["new_tokens"], 1) for c in calls]
+        tokens = sum(c["new_tokens"] for c in calls)
+        ms = sum(c["ms"] for c in calls)
+        drafted = [c["rounds"] for c in calls if c["rounds"] is not None]
+        est = paired_bootstrap(
+            [b["ms"] for b in base], [c["ms"] for c in calls], seed=seed, n_resamples=resamples
+        )
+        out[row] = {
+            "median_ms_per_token": float(np.median(per_token)),
+            "tokens_per_s": 1e3 * tokens / ms,
+            "tau": pooled_tau(*zip(*drafted, strict=True)) if drafted else None,
+            "peak_mib": float(np.max([c["peak_mib"] for c in calls])),
+            "speedup": {"estimate": est.estimate, "low": est.low, "high": est.high},
+            "same_output_as_hf_greedy": sum(
+                c["ids"] == b["ids"] for c, b in zip(calls, base, strict=True)
+            ),
+        }
+    return out
+
+
+def length_curve(cfg, target, head, processor) -> dict:
+    """ms per token (decode_only window) at each output length, with no stop token."""
+    import glance
+
+    task = task_by_name(cfg.bench.length_task)
+    records = task_records(cfg, task, int(cfg.bench.length_n) + 1)
+    out = {
+        "task": task.name,
+        "lengths": list(cfg.bench.lengths),
+        "glance_tree": [],
+        "glance_greedy": [],
+    }
+    for length in cfg.bench.lengths:
+        per = {"glance_tree": [], "glance_greedy": []}
+        for record in records:
+            ids, positions = prompt_inputs(processor, record, cfg.paths.data)
+            for row in per:
+                if row == "glance_tree":
+                    _, stats = glance.generate(
+                        head,
+                        target,
+                        ids,
+                        int(length),
+                        budget=int(cfg.budget),
+                        branch_k=int(cfg.branch_k),
+                        positions=positions,
+                        return_stats=True,
+                    )
+                else:
+                    _, stats = glance.greedy_generate(
+                        target, ids, int(length), positions=positions, return_stats=True
+                    )
+                per[row].append(stats.ms_per_token)
+        for row, values in per.items():
+            out[row].append(float(np.median(values[1:])))  # the first prompt is the warm-up
+    return out
+
+
+def budget_curve(cfg, target, head, processor) -> dict:
+    """Per budget: mean tree size, verify ms, draft ms, host ms and host share of a round."""
+    import glance
+    from glance.budget import AUTO_SIZES
+
+    task = task_by_name(cfg.bench.cost_task)
+    records = task_records(cfg, task, int(cfg.bench.cost_n) + 1)
+    max_new = int(cfg.max_new_tokens or task.max_new_tokens)
+    stops = stop_ids(processor, target)
+    inputs = [prompt_inputs(processor, r, cfg.paths.data) for r in records]
+    rows = []
+    for budget in AUTO_SIZES:
+        rounds = []
+        for i, (ids, positions) in enumerate(inputs):
+            _, stats = glance.generate(
+                head,
+                target,
+                ids,
+                max_new,
+                budget=budget,
+                branch_k=int(cfg.branch_k),
+                positions=positions,
+                stop_token_ids=stops,
+                return_stats=True,
+            )
+            if i > 0:
+                rounds += stats.rounds
+        draft = float(np.mean([r.draft_ms for r in rounds]))
+        verify = float(np.mean([r.verify_ms for r in rounds]))
+        host = float(np.mean([r.host_ms for r in rounds]))
+        rows.append(
+            {
+                "budget": budget,
+                "tree_size": float(np.mean([r.tree_size for r in rounds])),
+                "tau": sum(r.committed for r in rounds) / len(rounds),
+                "draft_ms": draft,
+                "verify_ms": verify,
+                "host_ms": host,
+                "tree_ms": float(np.mean([r.tree_ms for r in rounds])),
+                "host_share": host / (draft + verify + host),
+            }
+        )
+    return {"task": task.name, "rows": rows}
+
+
+def markdown(result: dict) -> str:
+    lines = [
+        "| task | row | ms/token | tokens/s | tau | peak MiB | speedup vs hf_greedy |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for task, rows in result["tasks"].items():
+        for row, x in rows.items():
+            sp = x["speedup"]
+            tau = f"{x['tau']:.2f}" if x["tau"] is not None else ""
+            lines.append(
+                f"| {task} | {row} | {x['median_ms_per_token']:.2f} | {x['tokens_per_s']:.1f} | "
+                f"{tau} | {x['peak_mib']:.1f} | {sp['estimate']:.2f}x "
+                f"[{sp['low']:.2f}, {sp['high']:.2f}] |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+@app
+def main(cfg) -> None:
+    from tqdm import tqdm
+
+    from glance._io import atomic_write_text
+
+    setup(cfg)
+    target, processor = load_target(cfg)
+    head = load_head(cfg, target)
+    stops = stop_ids(processor, target)
+    result = {
+        "target": cfg.target.name,
+        "device": str(target.device),
+        "dtype": str(cfg.dtype),
+        "budget": int(cfg.budget),
+        "branch_k": int(cfg.branch_k),
+        "n": int(cfg.bench.n),
+        "tasks": {},
+    }
+    for name in cfg.bench.tasks:
+        task = task_by_name(name)
+        max_new = int(cfg.max_new_tokens or task.max_new_tokens)
+        runs = {row: [] for row in ROWS}
+        records = task_records(cfg, task, int(cfg.bench.n) + 1)
+        for record in tqdm(records, desc=f"bench {name}", unit="prompt"):
+            ids, positions = prompt_inputs(processor, record, cfg.paths.data)
+            for row in ROWS:  # interleaved: every row on this prompt, then the next prompt
+                runs[row].append(
+                    run_row(row, cfg, target, head, processor, ids, positions, max_new, stops)
+                )
+        result["tasks"][name] = summarise(runs, int(cfg.seed), int(cfg.decode.bootstrap))
+    result["length_curve"] = length_curve(cfg, target, head, processor)
+    result["budget_curve"] = budget_curve(cfg, target, head, processor)
+    results = Path(cfg.paths.results)
+    write_json(results / "bench.json", result)
+    atomic_write_text(results / "bench.md", markdown(result))
+    log.info("bench:\n%s", markdown(result))
+
+
+if __name__ == "__main__":
+    main()
