@@ -25,16 +25,24 @@ window by every new token, the prefill's included, as dflash does.
 from __future__ import annotations
 
 import time
+import weakref
 from dataclasses import asdict, dataclass
 
 import numpy as np
 import torch
 
+from glance.budget import AUTO_SIZES, AcceptanceScale, VerifyCost, choose_budget
 from glance.head import check_head_fits, context_features, lm_head, noise_embedding
-from glance.tree import accept_path, build_budget_tree, tree_mask, tree_positions
+from glance.tree import (
+    CandidateTree,
+    accept_path,
+    build_budget_tree,
+    tree_mask,
+    tree_positions,
+)
 from glance.vl import StreamPositions, VisionPositions, text_config
 
-__all__ = ["Round", "Stats", "chain_generate", "generate", "greedy_generate"]
+__all__ = ["Round", "Stats", "chain_generate", "generate", "greedy_generate", "verify_cost"]
 
 TIMINGS = ("decode_only", "legacy")
 
@@ -226,6 +234,69 @@ def _crop_to(cache, length: int) -> None:
 
 
 @torch.inference_mode()
+def _verify_inputs(target, tree, root: int, length: int, positions, delta: int) -> dict:
+    """Inputs of the target pass over ``[root, nodes]``: the ancestor-only mask
+    and positions ``length + depth``."""
+    device = target.device
+    visible = torch.from_numpy(tree_mask(tree) == 0).to(device)
+    n1 = visible.shape[0]
+    mask = torch.zeros((1, 1, n1, length + n1), dtype=target.dtype, device=device)
+    mask[0, 0, :, length:].masked_fill_(~visible, torch.finfo(target.dtype).min)
+    index = torch.from_numpy(tree_positions(tree)).to(device) + length
+    return {
+        "input_ids": torch.from_numpy(np.concatenate([[root], tree.tokens])).to(device)[None],
+        "position_ids": positions.rows(index, delta),
+        "attention_mask": mask,
+        "use_cache": True,
+        "output_hidden_states": True,
+    }
+
+
+def _first(tree: CandidateTree, n: int) -> CandidateTree:
+    """The first ``n`` nodes: for a best-first tree, exactly the budget-``n`` tree."""
+    return CandidateTree(tree.tokens[:n], tree.parents[:n], tree.depths[:n], tree.logprobs[:n])
+
+
+#: measured verify costs per target, per (device, dtype): budget="auto" times once
+_COSTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def verify_cost(
+    target, cache, root: int, length: int, positions, delta: int, repeats: int = 3
+) -> VerifyCost:
+    """The target's verify-pass milliseconds at each size in ``AUTO_SIZES``.
+
+    Timed once per target, device and dtype (then cached), on the live cache of
+    the first request, which is cropped back after every pass, so the request's
+    output is untouched. Each size takes the fastest of ``repeats`` passes over
+    a flat tree of copies of the root (the mask's shape, not its content, sets
+    the cost). ``budget="auto"`` calls it; call it to inspect the curve.
+    """
+    key = (str(target.device), str(target.dtype))
+    known = _COSTS.setdefault(target, {})
+    if key in known:
+        return known[key]
+    times = []
+    with torch.no_grad():
+        for size in AUTO_SIZES:
+            tree = CandidateTree(
+                np.full(size, root, dtype=np.int64),
+                np.full(size, -1, dtype=np.int64),
+                np.ones(size, dtype=np.int64),
+                np.zeros(size),
+            )
+            inputs = _verify_inputs(target, tree, root, length, positions, delta)
+            best = float("inf")
+            for _ in range(repeats):
+                t0 = _clock(target.device)
+                target(**inputs, past_key_values=cache)
+                best = min(best, _clock(target.device) - t0)
+                _crop_to(cache, length)
+            times.append(best * 1e3)
+    known[key] = VerifyCost(AUTO_SIZES, tuple(times))
+    return known[key]
+
+
 def _speculate(
     head,
     target,
@@ -264,6 +335,10 @@ def _speculate(
     context = context_features(out.hidden_states, layer_ids)
     prefill_end = _clock(device)
     window_start = start if timing == "legacy" else None
+    cost = scale = None
+    if budget == "auto":
+        cost = verify_cost(target, target_cache, root, input_ids.shape[1], positions, delta)
+        scale = AcceptanceScale()
     new, rounds = [root], []
     done = root in stops or max_new_tokens == 1
     length = input_ids.shape[1]  # target cache length = the root's sequence index
@@ -290,27 +365,22 @@ def _speculate(
         if window_start is None:
             window_start = t1
 
-        tree = build_budget_tree(top_ids, top_lp, budget, top_ids.shape[1])
-        visible = torch.from_numpy(tree_mask(tree) == 0).to(device)
-        n1 = visible.shape[0]
-        mask = torch.zeros((1, 1, n1, length + n1), dtype=target.dtype, device=device)
-        mask[0, 0, :, length:].masked_fill_(~visible, torch.finfo(target.dtype).min)
-        verify_ids = torch.from_numpy(np.concatenate([[root], tree.tokens])).to(device)[None]
-        index = torch.from_numpy(tree_positions(tree)).to(device) + length
+        if cost is None:
+            tree = build_budget_tree(top_ids, top_lp, budget, top_ids.shape[1])
+        else:
+            full = build_budget_tree(top_ids, top_lp, cost.sizes[-1], top_ids.shape[1])
+            size, predicted = choose_budget(full.logprobs, cost, (t1 - t0) * 1e3, scale.alpha)
+            tree = _first(full, size)
+        inputs = _verify_inputs(target, tree, root, length, positions, delta)
         t2 = _clock(device)
-        out = target(
-            input_ids=verify_ids,
-            position_ids=positions.rows(index, delta),
-            attention_mask=mask,
-            past_key_values=target_cache,
-            use_cache=True,
-            output_hidden_states=True,
-        )
+        out = target(**inputs, past_key_values=target_cache)
         logits = out.logits[0]
         target_next = logits.argmax(dim=-1).cpu().numpy()
         t3 = _clock(device)
 
         path = accept_path(tree, target_next)
+        if cost is not None:
+            scale.update(len(path), predicted)
         bonus = int(target_next[path[-1] + 1 if len(path) else 0])
         committed, done = _cut(
             tree.tokens[path].tolist() + [bonus], max_new_tokens - len(new), stops
@@ -347,7 +417,7 @@ def generate(
     target,
     input_ids: torch.Tensor,
     max_new_tokens: int,
-    budget: int = 63,
+    budget: int | str = 63,
     branch_k: int = 8,
     positions=None,
     stop_token_ids=None,
@@ -361,7 +431,9 @@ def generate(
         target: the frozen target model.
         input_ids: ``(1, n)`` prompt ids.
         max_new_tokens: exact cap on new tokens, ``>= 1``.
-        budget: tree nodes verified per round (besides the root), ``>= 1``.
+        budget: tree nodes verified per round (besides the root), ``>= 1``; or
+            ``"auto"``: each round picks its size from the target's measured
+            verify cost and the draft's expected gain (``glance.budget``).
         branch_k: candidates per block offset, ``>= 1``.
         positions: :class:`~glance.vl.VisionPositions` for a VL prompt with an
             image; ``None`` means :class:`~glance.vl.StreamPositions`.
@@ -373,8 +445,8 @@ def generate(
         ``(1, n + new)`` token ids on the CPU, prompt included; with
         ``return_stats``, ``(ids, stats)``.
     """
-    if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
-        raise ValueError(f"budget must be an int >= 1; got {budget!r}")
+    if budget != "auto" and (isinstance(budget, bool) or not isinstance(budget, int) or budget < 1):
+        raise ValueError(f'budget must be an int >= 1 or "auto"; got {budget!r}')
     if isinstance(branch_k, bool) or not isinstance(branch_k, int) or branch_k < 1:
         raise ValueError(f"branch_k must be an int >= 1; got {branch_k!r}")
     return _speculate(

@@ -56,7 +56,8 @@ class VisionPositions:
         self.mm_token_type_ids = mm_token_type_ids
         self.extra = extra
 
-    def _token_types(self, target, input_ids: torch.Tensor) -> torch.Tensor:
+    def token_types(self, target, input_ids: torch.Tensor) -> torch.Tensor:
+        """0 text, 1 image, 2 video for each prompt token (given, or read off the ids)."""
         if self.mm_token_type_ids is not None:
             types = self.mm_token_type_ids.to(input_ids.device)
             if types.shape != input_ids.shape:
@@ -76,7 +77,7 @@ class VisionPositions:
     def prefill(self, target, input_ids: torch.Tensor) -> tuple[dict, int]:
         """Prefill kwargs (images, token types, 3-row M-RoPE ids) and the rope delta."""
         device = input_ids.device
-        types = self._token_types(target, input_ids)
+        types = self.token_types(target, input_ids)
         grid = self.image_grid_thw.to(device)
         extra = {k: v.to(device) if torch.is_tensor(v) else v for k, v in self.extra.items()}
         position_ids, deltas = target.model.get_rope_index(

@@ -119,6 +119,25 @@ class WithImage:
         return self._target(input_ids, position_ids=rows, **kwargs)
 
 
+def dflash_chain(head, target, ids, max_new: int, stops):
+    """``dflash_generate`` with its stats. Its clock calls ``torch.cuda.synchronize``,
+    which a CPU build of torch refuses, so on CPU it reads a plain clock instead."""
+    import dflash.model as dflash_model
+
+    if target.device.type == "cuda":
+        return dflash_model.dflash_generate(
+            head, target, ids, max_new, stops or None, return_stats=True
+        )
+    clock = dflash_model._cuda_time
+    dflash_model._cuda_time = time.perf_counter
+    try:
+        return dflash_model.dflash_generate(
+            head, target, ids, max_new, stops or None, return_stats=True
+        )
+    finally:
+        dflash_model._cuda_time = clock
+
+
 def sync(device) -> None:
     import torch
 
@@ -128,7 +147,6 @@ def sync(device) -> None:
 
 def run_row(row, cfg, target, head, processor, ids, positions, max_new, stops) -> dict:
     """One timed call of one row: new tokens, wall ms, tau (or None), peak MiB."""
-    import dflash.model as dflash_model
     import torch
 
     import glance
@@ -145,6 +163,7 @@ def run_row(row, cfg, target, head, processor, ids, positions, max_new, stops) -
                 attention_mask=torch.ones_like(ids).to(device),
                 pixel_values=positions.pixel_values.to(device, target.dtype),
                 image_grid_thw=positions.image_grid_thw.to(device),
+                mm_token_type_ids=positions.token_types(target, ids).to(device),
             )
             extra = {}
             if row == "hf_prompt_lookup":
@@ -159,14 +178,7 @@ def run_row(row, cfg, target, head, processor, ids, positions, max_new, stops) -
             )
             new = out[0, ids.shape[1] :].tolist()
         elif row == "dflash_chain":
-            res = dflash_model.dflash_generate(
-                head,
-                WithImage(target, positions),
-                ids.to(device),
-                max_new,
-                stops or None,
-                return_stats=True,
-            )
+            res = dflash_chain(head, WithImage(target, positions), ids.to(device), max_new, stops)
             new = res.output_ids[0, ids.shape[1] :].tolist()
             rounds = (sum(res.acceptance_lengths), len(res.acceptance_lengths))
         else:

@@ -6,6 +6,9 @@
 * ``figures/context.png`` (c): GLANCE's tau over the chain's at two context lengths.
 * ``figures/budget.png`` (d): speedup over greedy against the verifier budget N,
   with its bootstrap interval.
+* ``figures/verify_cost.png``, ``figures/length.png``, ``figures/host_share.png``:
+  the bench's cost curves (verify-pass time against tree size, ms per token
+  against output length, the host share of a round against the budget).
 * ``results/main_table.md`` and ``.json``: per task, tau and speedup of the
   autoregressive baseline, the chain and GLANCE, with intervals, and the
   geometric mean of the speedups.
@@ -79,6 +82,49 @@ def main_table(summaries: dict) -> tuple[dict, str]:
         + " |"
     )
     return table, "\n".join(lines) + "\n"
+
+
+def cost_curves(bench: dict, figures: Path, plt) -> None:
+    rows = bench["budget_curve"]["rows"]
+    size = [r["tree_size"] for r in rows]
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    ax.plot(size, [r["verify_ms"] for r in rows], "o-", label="verify pass")
+    ax.plot(size, [r["draft_ms"] for r in rows], "s--", label="draft pass")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("tree size N (mean nodes verified per round)")
+    ax.set_ylabel("ms per pass")
+    ax.set_title(f"verify cost against tree size ({bench['device']})")
+    ax.legend(fontsize=7)
+    save_figure(fig, figures / "verify_cost.png")
+    plt.close(fig)
+
+    lc = bench["length_curve"]
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    for row in ("glance_tree", "glance_greedy"):
+        ax.plot(lc["lengths"], lc[row], "o-", label=row)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(lc["lengths"], [str(n) for n in lc["lengths"]])
+    ax.minorticks_off()
+    ax.set_ylim(bottom=0)
+    ax.set_xlabel("new tokens")
+    ax.set_ylabel("ms per token")
+    ax.set_title(f"ms per token against output length ({lc['task']})")
+    ax.legend(fontsize=7)
+    save_figure(fig, figures / "length.png")
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    budgets = [r["budget"] for r in rows]
+    ax.plot(budgets, [100 * r["host_share"] for r in rows], "o-")
+    ax.axhline(5.0, color="k", lw=0.8, ls=":")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(budgets, [str(b) for b in budgets])
+    ax.minorticks_off()
+    ax.set_xlabel("budget N")
+    ax.set_ylabel("host share of a round (%)")
+    ax.set_title("tree, mask, walk and compaction against budget")
+    save_figure(fig, figures / "host_share.png")
+    plt.close(fig)
 
 
 @app
@@ -178,6 +224,8 @@ def main(cfg) -> None:
     ax.set_title(f"(d) speedup against budget ({cfg.sweep.task})")
     save_figure(fig, figures / "budget.png")
     plt.close(fig)
+
+    cost_curves(read_json(results / "bench.json", "run the bench stage first"), figures, plt)
 
     table, markdown = main_table(summaries)
     table["budget_sweep"] = {

@@ -36,7 +36,7 @@ def test_greedy_matches_transformers_generate(world):
     assert len(set(expected(world))) >= 4  # the reference is not a constant run
 
 
-@pytest.mark.parametrize("budget", [1, 2, 7, 63])
+@pytest.mark.parametrize("budget", [1, 2, 7, 63, "auto"])
 @pytest.mark.parametrize("branch_k", [1, 3, 8])
 def test_tree_matches_greedy(world, budget, branch_k):
     out = glance.generate(
@@ -220,3 +220,53 @@ def test_generate_is_greedy_for_any_input(
         )
         ref = glance.greedy_generate(target, prompt, n_new, stop_token_ids=stops)
         assert out.tolist() == ref.tolist()
+
+
+def test_auto_budget_is_lossless_and_times_the_target_once(world):
+    from glance.budget import AUTO_SIZES
+    from glance.decode import _COSTS
+
+    _COSTS.pop(world.target, None)
+    prompt = world.input_ids[0].tolist()
+    reference = prompt + new_tokens(world.reference, world)
+    head = tiny.OracleHead(world.target, reference, block_size=8, corrupt_rate=0.3)
+    calls = []
+    handle = world.target.register_forward_pre_hook(lambda *a: calls.append(1))
+    try:
+        out, stats = glance.generate(
+            head,
+            world.target,
+            world.input_ids,
+            N_NEW,
+            budget="auto",
+            branch_k=4,
+            positions=world.positions,
+            return_stats=True,
+        )
+        first = len(calls)
+        out2, stats2 = glance.generate(
+            head,
+            world.target,
+            world.input_ids,
+            N_NEW,
+            budget="auto",
+            branch_k=4,
+            positions=world.positions,
+            return_stats=True,
+        )
+    finally:
+        handle.remove()
+    assert new_tokens(out, world) == expected(world) == new_tokens(out2, world)
+    # Timing: one prefill, 3 passes per grid size, then one pass per round.
+    assert first == 1 + 3 * len(AUTO_SIZES) + len(stats.rounds)
+    assert len(calls) - first == 1 + len(stats2.rounds)  # the curve is cached
+    cost = _COSTS[world.target][(str(world.target.device), str(world.target.dtype))]
+    assert cost.sizes == AUTO_SIZES and all(ms > 0 for ms in cost.ms)
+    # Each round verifies a grid size; only a last, depth-capped round may
+    # verify a whole tree smaller than the grid size it would have picked.
+    assert sum(r.tree_size in AUTO_SIZES for r in stats.rounds) >= len(stats.rounds) - 1
+
+
+def test_budget_must_be_positive_or_auto(world):
+    with pytest.raises(ValueError, match="auto"):
+        glance.generate(world.head, world.target, world.input_ids, 4, budget="wide")

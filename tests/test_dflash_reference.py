@@ -52,3 +52,22 @@ def test_chain_matches_dflash_generate(monkeypatch, text_target, oracle, stop):
     assert [r.committed for r in stats.rounds] == ref_lengths
     if oracle:
         assert len(set(ref_lengths)) > 1
+
+
+@pytest.mark.parametrize("kind", ["qwen2_vl", "qwen2_5_vl", "qwen3_vl"])
+def test_dflash_chain_on_a_vision_prompt_through_with_image(checkpoints, kind):
+    # The bench's dflash row: dflash_generate, written for text targets, runs a
+    # VL prompt through stages.bench.WithImage and must equal our chain there.
+    from conftest import _prompt
+
+    from stages.bench import WithImage, dflash_chain
+
+    target, _ = load_target(checkpoints[kind][0], dtype=torch.float64)
+    head = glance.load_block_head(checkpoints[kind][1], target=target)
+    input_ids, positions, _ = _prompt(kind, target)
+    res = dflash_chain(head, WithImage(target, positions), input_ids, 48, None)
+    ids, stats = glance.chain_generate(
+        head, target, input_ids, 48, positions=positions, return_stats=True
+    )
+    assert res.output_ids[0, : ids.shape[1]].tolist() == ids[0].tolist()
+    assert res.acceptance_lengths == [r.committed for r in stats.rounds]

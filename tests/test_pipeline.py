@@ -36,6 +36,11 @@ TINY = [
     "context_sweep.lengths=[0,16]",
     "context_sweep.n=2",
     "audit.n=1",
+    "bench.tasks=[docvqa,chartqa]",
+    "bench.n=2",
+    "bench.lengths=[8,24]",
+    "bench.length_n=1",
+    "bench.cost_n=1",
     "threads=1",
 ]
 
@@ -145,11 +150,11 @@ def test_repro_writes_every_declared_output(repro):
     lock = yaml.safe_load((repro / "dvc.lock").read_text())["stages"]
     assert {"prepare", "target", "head", "audit", "fit_law", "figures"} <= set(lock)
     assert {f"decode@{t}" for t in TASKS} <= set(lock)
-    assert {"sweep@1", "sweep@7", "context@0", "context@16"} <= set(lock)
-    for png in ("law", "tree_vs_chain", "context", "budget"):
+    assert {"sweep@1", "sweep@7", "context@0", "context@16", "bench"} <= set(lock)
+    for png in ("law", "tree_vs_chain", "context", "budget", "verify_cost", "length", "host_share"):
         data = (repro / "figures" / f"{png}.png").read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
-    assert len(stages) == 9
+    assert len(stages) == 10
 
 
 def test_repro_decode_summaries(repro):
@@ -256,3 +261,35 @@ def test_exp_run_set_param_reaches_the_stages(repro):
             for line in (repro / "results" / "decode" / task / "rounds.jsonl").open()
         ]
         assert all(r["tree_size"] <= 7 for r in rounds if r["system"] == "glance")
+
+
+def test_repro_bench_rows_agree_and_cost_curves(repro):
+    from glance.budget import AUTO_SIZES
+    from stages.bench import ROWS
+
+    bench = json.loads((repro / "results" / "bench.json").read_text())
+    assert set(bench["tasks"]) == {"docvqa", "chartqa"}
+    for rows in bench["tasks"].values():
+        assert tuple(rows) == ROWS
+        for name, row in rows.items():
+            # Lossless rows and the baseline decode the same tokens.
+            assert row["same_output_as_hf_greedy"] == 2, name
+            assert row["speedup"]["low"] <= row["speedup"]["estimate"] <= row["speedup"]["high"]
+            assert (row["tau"] is None) == (
+                name in ("hf_greedy", "hf_prompt_lookup", "glance_greedy")
+            )
+        assert rows["hf_greedy"]["speedup"]["estimate"] == pytest.approx(1.0)
+    lc = bench["length_curve"]
+    assert lc["lengths"] == [8, 24] and len(lc["glance_tree"]) == 2
+    budgets = [r["budget"] for r in bench["budget_curve"]["rows"]]
+    assert budgets == list(AUTO_SIZES)
+    for r in bench["budget_curve"]["rows"]:
+        assert 0 < r["host_share"] < 1 and r["tree_size"] <= r["budget"]
+
+
+def test_readme_speed_table_is_generated_from_results_bench_json():
+    from stages.readme import render
+
+    readme = (ROOT / "README.md").read_text()
+    bench = json.loads((ROOT / "results" / "bench.json").read_text())
+    assert render(readme, bench) == readme, "README speed table is stale: python -m stages.readme"
