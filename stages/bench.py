@@ -229,7 +229,10 @@ def summarise(runs: dict, seed: int, resamples: int) -> dict:
 
 
 def length_curve(cfg, target, head, processor) -> dict:
-    """ms per token (decode_only window) at each output length, with no stop token."""
+    """ms per token (decode_only window) at each output length, with no stop token.
+
+    A length the target's ``max_position_embeddings`` cannot hold after the
+    prompt is cut to what it can, and ``new_tokens`` records what ran."""
     import glance
 
     task = task_by_name(cfg.bench.length_task)
@@ -237,13 +240,18 @@ def length_curve(cfg, target, head, processor) -> dict:
     out = {
         "task": task.name,
         "lengths": list(cfg.bench.lengths),
+        "new_tokens": [],
         "glance_tree": [],
         "glance_greedy": [],
     }
-    for length in cfg.bench.lengths:
+    prompts = [prompt_inputs(processor, r, cfg.paths.data) for r in records]
+    room = target.config.get_text_config().max_position_embeddings
+    room -= max(ids.shape[1] for ids, _ in prompts)
+    for asked in cfg.bench.lengths:
+        length = min(int(asked), room)
+        out["new_tokens"].append(length)
         per = {"glance_tree": [], "glance_greedy": []}
-        for record in records:
-            ids, positions = prompt_inputs(processor, record, cfg.paths.data)
+        for ids, positions in prompts:
             for row in per:
                 if row == "glance_tree":
                     _, stats = glance.generate(

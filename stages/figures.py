@@ -101,9 +101,9 @@ def cost_curves(bench: dict, figures: Path, plt) -> None:
     lc = bench["length_curve"]
     fig, ax = plt.subplots(figsize=(5, 3.5))
     for row in ("glance_tree", "glance_greedy"):
-        ax.plot(lc["lengths"], lc[row], "o-", label=row)
+        ax.plot(lc["new_tokens"], lc[row], "o-", label=row)
     ax.set_xscale("log", base=2)
-    ax.set_xticks(lc["lengths"], [str(n) for n in lc["lengths"]])
+    ax.set_xticks(lc["new_tokens"], [str(n) for n in lc["new_tokens"]])
     ax.minorticks_off()
     ax.set_ylim(bottom=0)
     ax.set_xlabel("new tokens")

@@ -280,7 +280,7 @@ def test_repro_bench_rows_agree_and_cost_curves(repro):
             )
         assert rows["hf_greedy"]["speedup"]["estimate"] == pytest.approx(1.0)
     lc = bench["length_curve"]
-    assert lc["lengths"] == [8, 24] and len(lc["glance_tree"]) == 2
+    assert lc["lengths"] == [8, 24] == lc["new_tokens"] and len(lc["glance_tree"]) == 2
     budgets = [r["budget"] for r in bench["budget_curve"]["rows"]]
     assert budgets == list(AUTO_SIZES)
     for r in bench["budget_curve"]["rows"]:
