@@ -233,20 +233,27 @@ def _crop_to(cache, length: int) -> None:
         cache.crop(-extra)
 
 
-@torch.inference_mode()
+_NUMPY_DTYPES = {torch.float16: np.float16, torch.float32: np.float32, torch.float64: np.float64}
+
+
 def _verify_inputs(target, tree, root: int, length: int, positions, delta: int) -> dict:
     """Inputs of the target pass over ``[root, nodes]``: the ancestor-only mask
     and positions ``length + depth``."""
     device = target.device
-    visible = torch.from_numpy(tree_mask(tree) == 0).to(device)
-    n1 = visible.shape[0]
-    mask = torch.zeros((1, 1, n1, length + n1), dtype=target.dtype, device=device)
-    mask[0, 0, :, length:].masked_fill_(~visible, torch.finfo(target.dtype).min)
-    index = torch.from_numpy(tree_positions(tree)).to(device) + length
+    np_dtype = _NUMPY_DTYPES.get(target.dtype)
+    if np_dtype is not None:  # the whole additive mask in one numpy pass, no copy
+        mask = torch.from_numpy(tree_mask(tree, past_len=length, dtype=np_dtype))
+    else:  # e.g. bfloat16, which numpy lacks
+        visible = torch.from_numpy(tree_mask(tree) == 0)
+        mask = torch.zeros((visible.shape[0], length + visible.shape[0]), dtype=target.dtype)
+        mask[:, length:].masked_fill_(~visible, torch.finfo(target.dtype).min)
+    index = torch.from_numpy(tree_positions(tree) + length)
+    tokens = np.empty(len(tree) + 1, dtype=np.int64)
+    tokens[0], tokens[1:] = root, tree.tokens
     return {
-        "input_ids": torch.from_numpy(np.concatenate([[root], tree.tokens])).to(device)[None],
-        "position_ids": positions.rows(index, delta),
-        "attention_mask": mask,
+        "input_ids": torch.from_numpy(tokens).to(device)[None],
+        "position_ids": positions.rows(index.to(device), delta),
+        "attention_mask": mask.to(device)[None, None],
         "use_cache": True,
         "output_hidden_states": True,
     }
@@ -297,6 +304,7 @@ def verify_cost(
     return known[key]
 
 
+@torch.inference_mode()
 def _speculate(
     head,
     target,

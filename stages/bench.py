@@ -243,6 +243,8 @@ def length_curve(cfg, target, head, processor) -> dict:
         "new_tokens": [],
         "glance_tree": [],
         "glance_greedy": [],
+        "glance_tree_round_ms": [],
+        "glance_tree_tau": [],
     }
     prompts = [prompt_inputs(processor, r, cfg.paths.data) for r in records]
     room = target.config.get_text_config().max_position_embeddings
@@ -268,9 +270,15 @@ def length_curve(cfg, target, head, processor) -> dict:
                     _, stats = glance.greedy_generate(
                         target, ids, int(length), positions=positions, return_stats=True
                     )
-                per[row].append(stats.ms_per_token)
-        for row, values in per.items():
-            out[row].append(float(np.median(values[1:])))  # the first prompt is the warm-up
+                per[row].append(stats)
+        for row, values in per.items():  # the first prompt is the warm-up
+            out[row].append(float(np.median([st.ms_per_token for st in values[1:]])))
+        # Separates cost from acceptance: a round's time, and tokens per round.
+        rounds = [r for st in per["glance_tree"][1:] for r in st.rounds]
+        out["glance_tree_round_ms"].append(
+            float(np.mean([r.draft_ms + r.verify_ms + r.host_ms for r in rounds]))
+        )
+        out["glance_tree_tau"].append(sum(r.committed for r in rounds) / len(rounds))
     return out
 
 

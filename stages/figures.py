@@ -108,6 +108,7 @@ def cost_curves(bench: dict, figures: Path, plt) -> None:
     ax.set_ylim(bottom=0)
     ax.set_xlabel("new tokens")
     ax.set_ylabel("ms per token")
+    ax.plot(lc["new_tokens"], lc["glance_tree_round_ms"], "s:", label="glance_tree, ms per round")
     ax.set_title(f"ms per token against output length ({lc['task']})")
     ax.legend(fontsize=7)
     save_figure(fig, figures / "length.png")
