@@ -170,10 +170,126 @@ done:
     return result;
 }
 
+/* additive_mask(parents, past_len, out, itemsize, hidden): out is float32
+ * (itemsize 4) or float64 (itemsize 8), (N+1, past_len+N+1): 0 where a row of
+ * [root, node_0, ...] sees (the past, the root, its ancestors, itself) and
+ * `hidden` elsewhere. parents: int64 (N,), parents-first. */
+static PyObject *additive_mask(PyObject *self, PyObject *args)
+{
+    Py_buffer par_buf, out_buf;
+    Py_ssize_t past, itemsize;
+    double hidden;
+    if (!PyArg_ParseTuple(args, "y*nw*nd", &par_buf, &past, &out_buf, &itemsize, &hidden))
+        return NULL;
+    PyObject *result = NULL;
+    uint8_t *seen = NULL;
+    Py_ssize_t n = par_buf.len / (Py_ssize_t)sizeof(int64_t);
+    Py_ssize_t n1 = n + 1, width = past + n1;
+    if ((itemsize != 4 && itemsize != 8) || past < 0 || out_buf.len != n1 * width * itemsize) {
+        PyErr_SetString(PyExc_ValueError, "additive_mask: out must be float32/64 (N+1, past+N+1)");
+        goto done;
+    }
+    const int64_t *parents = (const int64_t *)par_buf.buf;
+    seen = PyMem_Calloc((size_t)(n1 * n1), 1);
+    if (seen == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    seen[0] = 1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t p = parents[i];
+        if (p < -1 || p >= i) {
+            PyErr_Format(PyExc_ValueError,
+                         "parents must be packed parents-first; node %zd has parent %lld", i,
+                         (long long)p);
+            goto done;
+        }
+        memcpy(seen + (i + 1) * n1, seen + (p + 1) * n1, (size_t)(p + 2));
+        seen[(i + 1) * n1 + i + 1] = 1;
+    }
+    for (Py_ssize_t r = 0; r < n1; r++) {
+        const uint8_t *row = seen + r * n1;
+        if (itemsize == 4) {
+            float *out = (float *)out_buf.buf + r * width;
+            memset(out, 0, (size_t)past * sizeof(float));
+            for (Py_ssize_t c = 0; c < n1; c++) out[past + c] = row[c] ? 0.0f : (float)hidden;
+        } else {
+            double *out = (double *)out_buf.buf + r * width;
+            memset(out, 0, (size_t)past * sizeof(double));
+            for (Py_ssize_t c = 0; c < n1; c++) out[past + c] = row[c] ? 0.0 : hidden;
+        }
+    }
+    result = Py_NewRef(Py_None);
+done:
+    PyMem_Free(seen);
+    PyBuffer_Release(&par_buf);
+    PyBuffer_Release(&out_buf);
+    return result;
+}
+
+/* accept(parents, depths, tokens, target_next) -> list of node indices: the
+ * longest accepted path, as glance.tree.accept_path defines it (the deepest
+ * accepted node, the lowest index among equals, then up to the root). All
+ * int64; target_next has N+1 entries. */
+static PyObject *accept(PyObject *self, PyObject *args)
+{
+    Py_buffer par_buf, dep_buf, tok_buf, next_buf;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*", &par_buf, &dep_buf, &tok_buf, &next_buf)) return NULL;
+    PyObject *result = NULL;
+    uint8_t *ok = NULL;
+    Py_ssize_t n = par_buf.len / (Py_ssize_t)sizeof(int64_t);
+    if (dep_buf.len != par_buf.len || tok_buf.len != par_buf.len ||
+        next_buf.len != (n + 1) * (Py_ssize_t)sizeof(int64_t)) {
+        PyErr_SetString(PyExc_ValueError, "accept: expected N parents, depths, tokens, N+1 next");
+        goto done;
+    }
+    const int64_t *parents = (const int64_t *)par_buf.buf, *depths = (const int64_t *)dep_buf.buf;
+    const int64_t *tokens = (const int64_t *)tok_buf.buf, *next = (const int64_t *)next_buf.buf;
+    ok = PyMem_Malloc((size_t)(n > 0 ? n : 1));
+    if (ok == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    Py_ssize_t leaf = -1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t p = parents[i];
+        if (p < -1 || p >= i) {
+            PyErr_Format(PyExc_ValueError,
+                         "parents must be packed parents-first; node %zd has parent %lld", i,
+                         (long long)p);
+            goto done;
+        }
+        ok[i] = tokens[i] == next[p + 1] && (p < 0 || ok[p]);
+        if (ok[i] && (leaf < 0 || depths[i] > depths[leaf])) leaf = i;
+    }
+    Py_ssize_t len = 0;
+    for (Py_ssize_t i = leaf; i >= 0; i = parents[i]) len++;
+    result = PyList_New(len);
+    if (result == NULL) goto done;
+    for (Py_ssize_t i = leaf, k = len - 1; i >= 0; i = parents[i], k--) {
+        PyObject *v = PyLong_FromSsize_t(i);
+        if (v == NULL) {
+            Py_CLEAR(result);
+            goto done;
+        }
+        PyList_SET_ITEM(result, k, v);
+    }
+done:
+    PyMem_Free(ok);
+    PyBuffer_Release(&par_buf);
+    PyBuffer_Release(&dep_buf);
+    PyBuffer_Release(&tok_buf);
+    PyBuffer_Release(&next_buf);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"best_first", best_first, METH_VARARGS, "Best-first budget search (see glance.tree)."},
     {"ancestor_visible", ancestor_visible, METH_VARARGS,
      "Ancestor-visibility matrix of a parents-first tree (see glance.tree)."},
+    {"additive_mask", additive_mask, METH_VARARGS,
+     "The verify pass's additive mask, past columns included (see glance.tree)."},
+    {"accept", accept, METH_VARARGS, "The longest accepted path (see glance.tree)."},
     {NULL, NULL, 0, NULL},
 };
 

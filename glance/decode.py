@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import time
 import weakref
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 import torch
@@ -35,10 +35,9 @@ from glance.budget import AUTO_SIZES, AcceptanceScale, VerifyCost, choose_budget
 from glance.head import check_head_fits, context_features, lm_head, noise_embedding
 from glance.tree import (
     CandidateTree,
+    _search,
     accept_path,
-    build_budget_tree,
     tree_mask,
-    tree_positions,
 )
 from glance.vl import StreamPositions, VisionPositions, text_config
 
@@ -91,9 +90,34 @@ def _clock(device: torch.device) -> float:
     return time.perf_counter()
 
 
-def _entropy(logits: torch.Tensor) -> float:
-    logp = torch.log_softmax(logits.float(), dim=-1)
-    return float(-(logp.exp() * logp).sum())
+class _Entropies:
+    """The rounds' root entropies, for :class:`Stats` only. Rows are kept and
+    reduced 64 at a time, so a round pays for a row copy rather than a softmax;
+    the last batch is reduced after the timed window closes."""
+
+    BATCH = 64
+
+    def __init__(self, on: bool):
+        self.on, self.rows, self.values = on, [], []
+
+    def add(self, row: torch.Tensor) -> None:
+        if self.on:
+            self.rows.append(row)
+            if len(self.rows) == self.BATCH:
+                self.flush()
+
+    def flush(self) -> None:
+        if self.rows:
+            logp = torch.log_softmax(torch.stack(self.rows).float(), dim=-1)
+            self.values += (-(logp.exp() * logp).sum(-1)).tolist()
+            self.rows = []
+
+    def fill(self, rounds: list) -> list:
+        """``rounds`` with their entropies (NaN when stats are off)."""
+        if not self.on:
+            return rounds
+        self.flush()
+        return [replace(r, entropy=e) for r, e in zip(rounds, self.values, strict=True)]
 
 
 def _check_request(target, input_ids, max_new_tokens, positions, timing):
@@ -185,6 +209,7 @@ def greedy_generate(
     prefill_end = _clock(device)
     window_start = start if timing == "legacy" else prefill_end
     new, rounds = [token], []
+    entropies, nan = _Entropies(return_stats), float("nan")
     index = input_ids.shape[1]
     while token not in stops and len(new) < max_new_tokens:
         t0 = _clock(device)
@@ -197,11 +222,12 @@ def greedy_generate(
         logits = out.logits[0, -1]
         token = int(logits.argmax())
         t1 = _clock(device)
-        entropy = _entropy(logits) if return_stats else float("nan")
+        entropies.add(logits)  # a view of this step's own (1, 1, vocab) logits
         new.append(token)
         index += 1
-        rounds.append(Round(0, 1, entropy, 0, 0.0, (t1 - t0) * 1e3, (_clock(device) - t1) * 1e3))
+        rounds.append(Round(0, 1, nan, 0, 0.0, (t1 - t0) * 1e3, (_clock(device) - t1) * 1e3))
     window = _clock(device) - window_start
+    rounds = entropies.fill(rounds)
     return _finish(
         input_ids, new, rounds, (prefill_end - start) * 1e3, window, timing, return_stats
     )
@@ -247,13 +273,14 @@ def _verify_inputs(target, tree, root: int, length: int, positions, delta: int) 
         visible = torch.from_numpy(tree_mask(tree) == 0)
         mask = torch.zeros((visible.shape[0], length + visible.shape[0]), dtype=target.dtype)
         mask[:, length:].masked_fill_(~visible, torch.finfo(target.dtype).min)
-    index = torch.from_numpy(tree_positions(tree) + length)
-    tokens = np.empty(len(tree) + 1, dtype=np.int64)
-    tokens[0], tokens[1:] = root, tree.tokens
+    index = torch.from_numpy(np.concatenate(([length], tree.depths + length)))
+    tokens = torch.from_numpy(np.concatenate(([root], tree.tokens)))
+    if device.type != "cpu":
+        index, tokens, mask = index.to(device), tokens.to(device), mask.to(device)
     return {
-        "input_ids": torch.from_numpy(tokens).to(device)[None],
-        "position_ids": positions.rows(index.to(device), delta),
-        "attention_mask": mask.to(device)[None, None],
+        "input_ids": tokens[None],
+        "position_ids": positions.rows(index, delta),
+        "attention_mask": mask[None, None],
         "use_cache": True,
         "output_hidden_states": True,
     }
@@ -348,6 +375,7 @@ def _speculate(
         cost = verify_cost(target, target_cache, root, input_ids.shape[1], positions, delta)
         scale = AcceptanceScale()
     new, rounds = [root], []
+    entropies, nan = _Entropies(return_stats), float("nan")
     done = root in stops or max_new_tokens == 1
     length = input_ids.shape[1]  # target cache length = the root's sequence index
 
@@ -374,9 +402,9 @@ def _speculate(
             window_start = t1
 
         if cost is None:
-            tree = build_budget_tree(top_ids, top_lp, budget, top_ids.shape[1])
+            tree = _search(top_ids, top_lp, budget, top_ids.shape[1])
         else:
-            full = build_budget_tree(top_ids, top_lp, cost.sizes[-1], top_ids.shape[1])
+            full = _search(top_ids, top_lp, cost.sizes[-1], top_ids.shape[1])
             size, predicted = choose_budget(full.logprobs, cost, (t1 - t0) * 1e3, scale.alpha)
             tree = _first(full, size)
         inputs = _verify_inputs(target, tree, root, length, positions, delta)
@@ -397,16 +425,16 @@ def _speculate(
         if not done:
             _compact(target_cache, length + 1, path)
             rows = torch.from_numpy(np.concatenate([[0], path + 1])).to(device)
-            context = context_features([h[:, rows] for h in out.hidden_states], layer_ids)
+            context = context_features(out.hidden_states, layer_ids)[:, rows]
             length += 1 + len(path)
             root = bonus
-        entropy = _entropy(logits[0]) if return_stats else float("nan")
+        entropies.add(logits[0].clone())  # a copy: the verify logits can be large
         t4 = _clock(device)
         rounds.append(
             Round(
                 accepted=len(path),
                 committed=len(committed),
-                entropy=entropy,
+                entropy=nan,
                 tree_size=len(tree),
                 draft_ms=(t1 - t0) * 1e3,
                 verify_ms=(t3 - t2) * 1e3,
@@ -415,6 +443,7 @@ def _speculate(
             )
         )
     window = _clock(device) - (window_start if window_start is not None else prefill_end)
+    rounds = entropies.fill(rounds)
     return _finish(
         input_ids, new, rounds, (prefill_end - start) * 1e3, window, timing, return_stats
     )

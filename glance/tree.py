@@ -151,6 +151,14 @@ def build_budget_tree(
         order = np.argsort(-lp, axis=1, kind="stable")
         lp = np.take_along_axis(lp, order, axis=1)
         ids = np.take_along_axis(ids, order, axis=1)
+    return _search(ids, lp, budget, branch_k)
+
+
+def _search(ids: np.ndarray, lp: np.ndarray, budget: int, branch_k: int) -> CandidateTree:
+    """The search of :func:`build_budget_tree` on checked inputs: rows sorted
+    descending, log-probs in ``[-inf, 0]``, ``D >= 1``. The decoder calls it
+    directly with ``torch.topk`` of a log-softmax, which satisfies all three."""
+    depth_max, k = lp.shape
     size = _tree_size(depth_max, branch_k, budget)
     if _ctree is not None:
         parents = np.empty(size, dtype=np.int64)
@@ -158,7 +166,15 @@ def build_budget_tree(
         ranks = np.empty(size, dtype=np.int64)
         negs = np.empty(size, dtype=np.float64)
         _ctree.best_first(
-            np.ascontiguousarray(lp), depth_max, k, branch_k, size, parents, depths, ranks, negs
+            np.ascontiguousarray(lp, dtype=np.float64),
+            depth_max,
+            k,
+            branch_k,
+            size,
+            parents,
+            depths,
+            ranks,
+            negs,
         )
     else:
         parents, depths, ranks, negs = _best_first(lp[:, :branch_k].tolist(), size)
@@ -265,6 +281,17 @@ def tree_mask(
         raise ValueError(f"past_len must be >= 0; got {past_len}")
     parents = as_tree(nodes).parents
     n1 = parents.shape[0] + 1
+    dtype = np.dtype(dtype)
+    if _ctree is not None and dtype in _C_MASK_DTYPES:  # one pass, past columns included
+        mask = np.empty((n1, past_len + n1), dtype=dtype)
+        _ctree.additive_mask(
+            np.ascontiguousarray(parents, dtype=np.int64),
+            past_len,
+            mask,
+            dtype.itemsize,
+            float(np.finfo(dtype).min),
+        )
+        return mask
     if _ctree is not None:
         visible = np.empty((n1, n1), dtype=np.uint8)
         _ctree.ancestor_visible(np.ascontiguousarray(parents, dtype=np.int64), visible)
@@ -285,6 +312,9 @@ def tree_mask(
     mask = np.zeros((n1, past_len + n1), dtype=dtype)
     mask[:, past_len:] = tree_part
     return mask
+
+
+_C_MASK_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 
 @functools.cache
@@ -327,6 +357,16 @@ def accept_path(nodes: CandidateTree | Sequence[Node], target_next: np.ndarray) 
     if target_next.shape != (len(tree) + 1,):
         raise ValueError(
             f"target_next must have shape (N+1,) = ({len(tree) + 1},); got {target_next.shape}"
+        )
+    if _ctree is not None:
+        return np.array(
+            _ctree.accept(
+                np.ascontiguousarray(parents, dtype=np.int64),
+                np.ascontiguousarray(tree.depths, dtype=np.int64),
+                np.ascontiguousarray(tree.tokens, dtype=np.int64),
+                np.ascontiguousarray(target_next, dtype=np.int64),
+            ),
+            dtype=np.int64,
         )
     accepted = tree.tokens == target_next[parents + 1]
     # Parents-first packing: one ascending sweep carries acceptance down paths.

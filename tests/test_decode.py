@@ -270,3 +270,39 @@ def test_auto_budget_is_lossless_and_times_the_target_once(world):
 def test_budget_must_be_positive_or_auto(world):
     with pytest.raises(ValueError, match="auto"):
         glance.generate(world.head, world.target, world.input_ids, 4, budget="wide")
+
+
+def test_round_entropies_are_the_targets_at_each_root(world, monkeypatch):
+    # Entropies are reduced in batches (and after the timed window); make the
+    # batch small so that both the in-loop flush and the final one are exercised.
+    from glance import decode
+
+    monkeypatch.setattr(decode._Entropies, "BATCH", 3)
+    n = 12
+    ref = world.reference[:, : world.input_ids.shape[1] + n]
+    kwargs = dict(world.hf_kwargs)
+    if "mm_token_type_ids" in kwargs:  # the generated tokens are text
+        types = kwargs["mm_token_type_ids"]
+        kwargs["mm_token_type_ids"] = torch.cat([types, types.new_zeros(1, n)], dim=1)
+    with torch.no_grad():
+        logits = world.target(input_ids=ref, **kwargs).logits[0].double()
+    logp = torch.log_softmax(logits, dim=-1)
+    want = (-(logp.exp() * logp).sum(-1)).tolist()  # want[j]: entropy after token j
+    first = world.input_ids.shape[1]  # greedy round i decodes token first + i + 1
+    _, greedy = glance.greedy_generate(
+        world.target, world.input_ids, n, positions=world.positions, return_stats=True
+    )
+    got = [r.entropy for r in greedy.rounds]
+    assert got == pytest.approx(want[first : first + len(got)], rel=1e-6, abs=1e-9)
+    _, tree = glance.generate(
+        world.head,
+        world.target,
+        world.input_ids,
+        n,
+        positions=world.positions,
+        return_stats=True,
+    )
+    root = first  # the first round's root is the prefill's token, at index first
+    for r in tree.rounds:
+        assert r.entropy == pytest.approx(want[root], rel=1e-6, abs=1e-9)
+        root += r.committed

@@ -268,17 +268,29 @@ def test_compiled_kernel_equals_python_reference(draft, budget):
 
     ids, lp, branch_k = draft
     compiled = build_budget_tree(ids, lp, budget=budget, branch_k=branch_k)
-    compiled_mask = tree_mask(compiled, past_len=2)
+    masks = [tree_mask(compiled, past_len=2), tree_mask(compiled, 3, dtype=np.float64)]
+    # A target that mostly agrees with the tree, so accepted paths are deep.
+    rng = np.random.default_rng(budget)
+    target_next = np.concatenate([[0], compiled.tokens])[rng.permutation(len(compiled) + 1)]
+    if len(compiled):
+        target_next[: len(compiled)] = np.where(
+            rng.random(len(compiled)) < 0.7, compiled.tokens, target_next[: len(compiled)]
+        )
+    walk = accept_path(compiled, target_next)
     kernel, glance.tree._ctree = glance.tree._ctree, None
     try:
         reference = build_budget_tree(ids, lp, budget=budget, branch_k=branch_k)
-        reference_mask = tree_mask(reference, past_len=2)
+        reference_masks = [tree_mask(reference, 2), tree_mask(reference, 3, dtype=np.float64)]
+        reference_walk = accept_path(reference, target_next)
     finally:
         glance.tree._ctree = kernel
     for name in ("tokens", "parents", "depths", "logprobs"):
         a, b = getattr(compiled, name), getattr(reference, name)
         assert a.dtype == b.dtype and a.tobytes() == b.tobytes(), name
-    assert compiled_mask.tobytes() == reference_mask.tobytes()
+    for mask, reference_mask in zip(masks, reference_masks, strict=True):
+        assert mask.dtype == reference_mask.dtype
+        assert mask.tobytes() == reference_mask.tobytes()
+    assert walk.dtype == reference_walk.dtype and walk.tolist() == reference_walk.tolist()
 
 
 @pytest.mark.parametrize("compiled", [True, False])
