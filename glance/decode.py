@@ -97,12 +97,12 @@ class _Entropies:
 
     BATCH = 64
 
-    def __init__(self, on: bool):
-        self.on, self.rows, self.values = on, [], []
+    def __init__(self, on: bool, copy: bool = False):
+        self.on, self.copy, self.rows, self.values = on, copy, [], []
 
     def add(self, row: torch.Tensor) -> None:
         if self.on:
-            self.rows.append(row)
+            self.rows.append(row.clone() if self.copy else row)
             if len(self.rows) == self.BATCH:
                 self.flush()
 
@@ -375,7 +375,8 @@ def _speculate(
         cost = verify_cost(target, target_cache, root, input_ids.shape[1], positions, delta)
         scale = AcceptanceScale()
     new, rounds = [root], []
-    entropies, nan = _Entropies(return_stats), float("nan")
+    # Copies: a view would keep each round's whole (N+1, vocab) logits alive.
+    entropies, nan = _Entropies(return_stats, copy=True), float("nan")
     done = root in stops or max_new_tokens == 1
     length = input_ids.shape[1]  # target cache length = the root's sequence index
 
@@ -428,7 +429,7 @@ def _speculate(
             context = context_features(out.hidden_states, layer_ids)[:, rows]
             length += 1 + len(path)
             root = bonus
-        entropies.add(logits[0].clone())  # a copy: the verify logits can be large
+        entropies.add(logits[0])
         t4 = _clock(device)
         rounds.append(
             Round(
