@@ -133,6 +133,29 @@ done:
     return result;
 }
 
+/* Fill out (N+1, N+1) uint8 with the visibility of [root, node_0, ...]: row r
+ * has 1 at every column it sees (the root, its ancestors, itself). Returns -1
+ * with a ValueError set when parents are not packed parents-first. */
+static int fill_visible(const int64_t *parents, Py_ssize_t n, uint8_t *out)
+{
+    Py_ssize_t n1 = n + 1;
+    memset(out, 0, (size_t)(n1 * n1));
+    out[0] = 1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t p = parents[i];
+        if (p < -1 || p >= i) {
+            PyErr_Format(PyExc_ValueError,
+                         "parents must be packed parents-first; node %zd has parent %lld", i,
+                         (long long)p);
+            return -1;
+        }
+        uint8_t *row = out + (i + 1) * n1;
+        memcpy(row, out + (p + 1) * n1, (size_t)(p + 2));
+        row[i + 1] = 1;
+    }
+    return 0;
+}
+
 /* ancestor_visible(parents, out): out is uint8 (N+1, N+1); row r of
  * [root, node_0, ...] gets 1 at every column it sees (root, ancestors, itself).
  * parents: int64 (N,), parents-first, each in [-1, i). */
@@ -147,23 +170,8 @@ static PyObject *ancestor_visible(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "ancestor_visible: out must be (N+1, N+1) uint8");
         goto done;
     }
-    const int64_t *parents = (const int64_t *)par_buf.buf;
-    uint8_t *out = (uint8_t *)out_buf.buf;
-    memset(out, 0, (size_t)(n1 * n1));
-    out[0] = 1;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        int64_t p = parents[i];
-        if (p < -1 || p >= i) {
-            PyErr_Format(PyExc_ValueError,
-                         "parents must be packed parents-first; node %zd has parent %lld", i,
-                         (long long)p);
-            goto done;
-        }
-        uint8_t *row = out + (i + 1) * n1;
-        memcpy(row, out + (p + 1) * n1, (size_t)(p + 2));
-        row[i + 1] = 1;
-    }
-    result = Py_NewRef(Py_None);
+    if (fill_visible((const int64_t *)par_buf.buf, n, (uint8_t *)out_buf.buf) == 0)
+        result = Py_NewRef(Py_None);
 done:
     PyBuffer_Release(&par_buf);
     PyBuffer_Release(&out_buf);
@@ -189,24 +197,12 @@ static PyObject *additive_mask(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "additive_mask: out must be float32/64 (N+1, past+N+1)");
         goto done;
     }
-    const int64_t *parents = (const int64_t *)par_buf.buf;
-    seen = PyMem_Calloc((size_t)(n1 * n1), 1);
+    seen = PyMem_Malloc((size_t)(n1 * n1));
     if (seen == NULL) {
         PyErr_NoMemory();
         goto done;
     }
-    seen[0] = 1;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        int64_t p = parents[i];
-        if (p < -1 || p >= i) {
-            PyErr_Format(PyExc_ValueError,
-                         "parents must be packed parents-first; node %zd has parent %lld", i,
-                         (long long)p);
-            goto done;
-        }
-        memcpy(seen + (i + 1) * n1, seen + (p + 1) * n1, (size_t)(p + 2));
-        seen[(i + 1) * n1 + i + 1] = 1;
-    }
+    if (fill_visible((const int64_t *)par_buf.buf, n, seen) < 0) goto done;
     for (Py_ssize_t r = 0; r < n1; r++) {
         const uint8_t *row = seen + r * n1;
         if (itemsize == 4) {

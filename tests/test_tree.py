@@ -268,7 +268,9 @@ def test_compiled_kernel_equals_python_reference(draft, budget):
 
     ids, lp, branch_k = draft
     compiled = build_budget_tree(ids, lp, budget=budget, branch_k=branch_k)
-    masks = [tree_mask(compiled, past_len=2), tree_mask(compiled, 3, dtype=np.float64)]
+    # float32 and float64 take the kernel's additive mask; float16 its visibility matrix.
+    dtypes = (np.float32, np.float64, np.float16)
+    masks = [tree_mask(compiled, past, dtype=d) for past, d in zip((2, 3, 1), dtypes, strict=True)]
     # A target that mostly agrees with the tree, so accepted paths are deep.
     rng = np.random.default_rng(budget)
     target_next = np.concatenate([[0], compiled.tokens])[rng.permutation(len(compiled) + 1)]
@@ -280,7 +282,9 @@ def test_compiled_kernel_equals_python_reference(draft, budget):
     kernel, glance.tree._ctree = glance.tree._ctree, None
     try:
         reference = build_budget_tree(ids, lp, budget=budget, branch_k=branch_k)
-        reference_masks = [tree_mask(reference, 2), tree_mask(reference, 3, dtype=np.float64)]
+        reference_masks = [
+            tree_mask(reference, past, dtype=d) for past, d in zip((2, 3, 1), dtypes, strict=True)
+        ]
         reference_walk = accept_path(reference, target_next)
     finally:
         glance.tree._ctree = kernel
