@@ -32,7 +32,14 @@ import numpy as np
 import torch
 
 from glance.budget import AUTO_SIZES, AcceptanceScale, VerifyCost, choose_budget
-from glance.head import check_head_fits, context_features, lm_head, noise_embedding
+from glance.head import (
+    check_head_extends,
+    check_head_fits,
+    context_features,
+    lm_head,
+    noise_embedding,
+)
+from glance.sampling import Sampling, Uniforms, draw
 from glance.tree import (
     CandidateTree,
     _search,
@@ -44,6 +51,7 @@ from glance.vl import StreamPositions, VisionPositions, text_config
 __all__ = ["Round", "Stats", "chain_generate", "generate", "greedy_generate", "verify_cost"]
 
 TIMINGS = ("decode_only", "legacy")
+GREEDY = Sampling()
 
 
 @dataclass(frozen=True)
@@ -178,6 +186,36 @@ def _finish(input_ids, new, rounds, prefill_ms, window, timing, return_stats):
     return out, stats
 
 
+def _next(logits: torch.Tensor, sampling: Sampling, uniforms) -> int:
+    """One token from one row of logits: argmax, or a draw with the next uniform."""
+    if uniforms is None:
+        return int(logits.argmax())
+    token = int(draw(sampling.probs(logits[None]), uniforms.peek(1))[0])
+    uniforms.advance(1)
+    return token
+
+
+def _walk(tree: CandidateTree, logits: torch.Tensor, sampling: Sampling, uniforms):
+    """The accepted node indices and the bonus token, from the verify pass's
+    ``(1 + N, V)`` logits (row 0: the root).
+
+    Each row's choice is the target's own: its argmax, or a draw with the
+    uniform of the row's depth (the walk reaches a node at depth ``d`` as its
+    ``d``-th step). The walk follows the choices from the root while a child
+    carries them; see ``glance.sampling`` for why that is exact.
+    """
+    if uniforms is None:
+        choice = logits.argmax(dim=-1).cpu().numpy()
+    else:
+        u = uniforms.peek(int(tree.depths.max(initial=0)) + 1)
+        rows = torch.from_numpy(np.concatenate(([0], tree.depths))).to(u.device)
+        choice = draw(sampling.probs(logits), u[rows]).cpu().numpy()
+    path = accept_path(tree, choice)
+    if uniforms is not None:
+        uniforms.advance(len(path) + 1)
+    return path, int(choice[path[-1] + 1 if len(path) else 0])
+
+
 @torch.inference_mode()
 def greedy_generate(
     target,
@@ -187,15 +225,23 @@ def greedy_generate(
     stop_token_ids=None,
     timing: str = "decode_only",
     return_stats: bool = False,
+    temperature: float = 0.0,
+    top_p: float = 1.0,
+    top_k: int = 0,
+    generator=None,
 ):
-    """Plain greedy autoregression with a KV cache: the oracle.
+    """Plain autoregression with a KV cache: the oracle. Greedy at temperature
+    0; otherwise one draw per token from the processed distribution
+    (``glance.sampling``), with uniforms from ``generator``.
 
     Returns ``(1, n + new)`` token ids (prompt included) on the CPU, and with
     ``return_stats`` also :class:`Stats` with one round per token.
     """
     from transformers import DynamicCache
 
+    sampling = Sampling(temperature, top_p, top_k)
     input_ids, positions = _check_request(target, input_ids, max_new_tokens, positions, timing)
+    uniforms = None if sampling.greedy else Uniforms(generator, target.device)
     stops = frozenset(int(t) for t in (stop_token_ids or ()))
     device = target.device
     cache = DynamicCache(config=target.config)
@@ -205,7 +251,7 @@ def greedy_generate(
     out = target(
         input_ids=input_ids, past_key_values=cache, use_cache=True, logits_to_keep=1, **kwargs
     )
-    token = int(out.logits[0, -1].argmax())
+    token = _next(out.logits[0, -1], sampling, uniforms)
     prefill_end = _clock(device)
     window_start = start if timing == "legacy" else prefill_end
     new, rounds = [token], []
@@ -220,7 +266,7 @@ def greedy_generate(
             use_cache=True,
         )
         logits = out.logits[0, -1]
-        token = int(logits.argmax())
+        token = _next(logits, sampling, uniforms)
         t1 = _clock(device)
         entropies.add(logits)  # a view of this step's own (1, 1, vocab) logits
         new.append(token)
@@ -291,6 +337,50 @@ def _first(tree: CandidateTree, n: int) -> CandidateTree:
     return CandidateTree(tree.tokens[:n], tree.parents[:n], tree.depths[:n], tree.logprobs[:n])
 
 
+def _extend(head, target, tree, root, top_ids, no_context, length, past_block, extend, draft_cache):
+    """``tree`` with a subtree of up to ``extend`` nodes hung off its spine leaf.
+
+    The spine is the head's argmax at every offset of the block. When the tree
+    holds the whole spine, one more head pass over ``[root, spine, MASK x
+    past_block]`` (the spine revealed, not masked) prices the ``past_block``
+    offsets after the block; their top-k become a best-first subtree below the
+    spine leaf, packed after the existing nodes. A tree without its spine leaf
+    comes back unchanged, with no extra pass.
+    """
+    depth, k = top_ids.shape
+    spine = np.ascontiguousarray(top_ids[:, 0])
+    # The spine's nodes in the tree: the path the walk takes if every row's
+    # choice is the spine's next token (no choice past the leaf).
+    choice = np.append(spine, -1)[np.concatenate(([0], tree.depths))]
+    spine_path = accept_path(tree, choice)
+    if len(spine_path) < depth:
+        return tree
+    leaf = int(spine_path[-1])
+    device = target.device
+    block_ids = torch.full((1, 1 + depth + past_block), int(head.mask_token_id), device=device)
+    block_ids[0, 0] = root
+    block_ids[0, 1 : depth + 1] = torch.from_numpy(spine).to(device)
+    hidden = head(
+        target_hidden=no_context,
+        noise_embedding=noise_embedding(head, target, block_ids),
+        position_ids=torch.arange(length, length + block_ids.shape[1], device=device)[None],
+        past_key_values=draft_cache,
+        use_cache=True,
+    )
+    _crop_to(draft_cache, length)
+    logits = head.compute_logits(hidden[0, depth + 1 :], lm_head(target))
+    logp = torch.log_softmax(logits.float(), dim=-1)
+    lp, ids = logp.topk(min(k, logp.shape[-1]), dim=-1)
+    sub = _search(ids.cpu().numpy(), lp.cpu().numpy(), extend, k)
+    n = len(tree)
+    return CandidateTree(
+        np.concatenate([tree.tokens, sub.tokens]),
+        np.concatenate([tree.parents, np.where(sub.parents < 0, leaf, sub.parents + n)]),
+        np.concatenate([tree.depths, sub.depths + tree.depths[leaf]]),
+        np.concatenate([tree.logprobs, sub.logprobs + tree.logprobs[leaf]]),
+    )
+
+
 #: measured verify costs per target, per (device, dtype): budget="auto" times once
 _COSTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
@@ -343,11 +433,17 @@ def _speculate(
     stop_token_ids,
     timing,
     return_stats,
+    sampling: Sampling = GREEDY,
+    generator=None,
+    extend: int = 0,
 ):
     from transformers import DynamicCache
 
     input_ids, positions = _check_request(target, input_ids, max_new_tokens, positions, timing)
     check_head_fits(head, target)
+    if extend:
+        check_head_extends(head)
+    uniforms = None if sampling.greedy else Uniforms(generator, target.device)
     stops = frozenset(int(t) for t in (stop_token_ids or ()))
     device = target.device
     block = int(head.block_size)
@@ -366,7 +462,7 @@ def _speculate(
         output_hidden_states=True,
         **kwargs,
     )
-    root = int(out.logits[0, -1].argmax())
+    root = _next(out.logits[0, -1], sampling, uniforms)
     context = context_features(out.hidden_states, layer_ids)
     prefill_end = _clock(device)
     window_start = start if timing == "legacy" else None
@@ -408,17 +504,32 @@ def _speculate(
             full = _search(top_ids, top_lp, cost.sizes[-1], top_ids.shape[1])
             size, predicted = choose_budget(full.logprobs, cost, (t1 - t0) * 1e3, scale.alpha)
             tree = _first(full, size)
+        extend_ms = 0.0
+        past_block = min(block - 1, max_new_tokens - len(new) - depth)
+        if extend and past_block >= 1:
+            te = _clock(device)
+            tree = _extend(
+                head,
+                target,
+                tree,
+                root,
+                top_ids,
+                context[:, :0],
+                length,
+                past_block,
+                extend,
+                draft_cache,
+            )
+            extend_ms = (_clock(device) - te) * 1e3
         inputs = _verify_inputs(target, tree, root, length, positions, delta)
         t2 = _clock(device)
         out = target(**inputs, past_key_values=target_cache)
         logits = out.logits[0]
-        target_next = logits.argmax(dim=-1).cpu().numpy()
+        path, bonus = _walk(tree, logits, sampling, uniforms)
         t3 = _clock(device)
 
-        path = accept_path(tree, target_next)
         if cost is not None:
             scale.update(len(path), predicted)
-        bonus = int(target_next[path[-1] + 1 if len(path) else 0])
         committed, done = _cut(
             tree.tokens[path].tolist() + [bonus], max_new_tokens - len(new), stops
         )
@@ -437,10 +548,10 @@ def _speculate(
                 committed=len(committed),
                 entropy=nan,
                 tree_size=len(tree),
-                draft_ms=(t1 - t0) * 1e3,
+                draft_ms=(t1 - t0) * 1e3 + extend_ms,
                 verify_ms=(t3 - t2) * 1e3,
-                host_ms=((t2 - t1) + (t4 - t3)) * 1e3,
-                tree_ms=(t2 - t1) * 1e3,
+                host_ms=((t2 - t1) + (t4 - t3)) * 1e3 - extend_ms,
+                tree_ms=(t2 - t1) * 1e3 - extend_ms,
             )
         )
     window = _clock(device) - (window_start if window_start is not None else prefill_end)
@@ -461,8 +572,14 @@ def generate(
     stop_token_ids=None,
     timing: str = "decode_only",
     return_stats: bool = False,
+    temperature: float = 0.0,
+    top_p: float = 1.0,
+    top_k: int = 0,
+    generator=None,
+    extend_budget: int = 0,
 ):
-    """Decode with a budget tree per round; at temperature 0, exactly greedy.
+    """Decode with a budget tree per round; at temperature 0, exactly greedy,
+    and otherwise an exact sample of the target (see ``glance.sampling``).
 
     Args:
         head: a ``dflash.DFlashDraftModel`` that fits ``target``.
@@ -478,6 +595,18 @@ def generate(
         stop_token_ids: the output ends right after the first of these.
         timing: ``"decode_only"`` or ``"legacy"`` (see the module docstring).
         return_stats: also return :class:`Stats`.
+        temperature: 0 for greedy; above 0, sample from the target's logits
+            through temperature, ``top_k`` (0: off) and ``top_p`` (1: off),
+            as ``transformers``' ``generate`` processes them.
+        top_p, top_k: see ``temperature``; unused at temperature 0.
+        generator: a ``torch.Generator`` for the draws (on the target's
+            device); ``None`` uses torch's global one. Output token ``i`` uses
+            the ``i``-th uniform of this stream in every decoder, so a seed
+            gives the same text here as in :func:`greedy_generate`.
+        extend_budget: ``0`` (off) or up to this many extra nodes per round,
+            drafted past the block by a second head pass with the head's own
+            argmax spine revealed, and hung off the spine's leaf. Needs a head
+            trained with a variable mask span (``HeadConfig.mask_span``).
 
     Returns:
         ``(1, n + new)`` token ids on the CPU, prompt included; with
@@ -487,6 +616,8 @@ def generate(
         raise ValueError(f'budget must be an int >= 1 or "auto"; got {budget!r}')
     if isinstance(branch_k, bool) or not isinstance(branch_k, int) or branch_k < 1:
         raise ValueError(f"branch_k must be an int >= 1; got {branch_k!r}")
+    if isinstance(extend_budget, bool) or not isinstance(extend_budget, int) or extend_budget < 0:
+        raise ValueError(f"extend_budget must be an int >= 0 (0: off); got {extend_budget!r}")
     return _speculate(
         head,
         target,
@@ -498,6 +629,9 @@ def generate(
         stop_token_ids,
         timing,
         return_stats,
+        Sampling(temperature, top_p, top_k),
+        generator,
+        extend_budget,
     )
 
 
@@ -510,6 +644,10 @@ def chain_generate(
     stop_token_ids=None,
     timing: str = "decode_only",
     return_stats: bool = False,
+    temperature: float = 0.0,
+    top_p: float = 1.0,
+    top_k: int = 0,
+    generator=None,
 ):
     """Decode with the head's argmax spine only: a width-1 tree of depth
     ``block_size - 1``. Same arguments and returns as :func:`generate`."""
@@ -524,4 +662,6 @@ def chain_generate(
         stop_token_ids,
         timing,
         return_stats,
+        Sampling(temperature, top_p, top_k),
+        generator,
     )

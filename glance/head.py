@@ -16,6 +16,7 @@ import torch
 from glance.vl import text_config
 
 __all__ = [
+    "check_head_extends",
     "check_head_fits",
     "context_features",
     "embeddings",
@@ -84,6 +85,18 @@ def check_head_fits(head, target) -> None:
         )
     if int(head.block_size) < 2:
         raise ValueError(f"head block_size {head.block_size} must be >= 2")
+
+
+def check_head_extends(head) -> None:
+    """Raise ``ValueError`` unless ``head`` was trained with a variable mask
+    span, which ``extend_budget`` needs: its second pass reveals the spine."""
+    span = _head_value(head, "mask_span", "fixed")
+    if span != "variable":
+        raise ValueError(
+            f"extend_budget needs a head trained with a variable mask span "
+            f"(dflash_config mask_span 'variable'); this head's mask_span is {span!r}. "
+            "Train one with HeadConfig(mask_span='variable')."
+        )
 
 
 def load_block_head(path, target=None, dtype=None, device=None):

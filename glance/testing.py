@@ -16,9 +16,9 @@ IMAGE, VIDEO, VISION_START, VISION_END, MASK = 90, 91, 92, 93, 95
 TEXT_LAYERS = 4
 
 
-def _text_kwargs(hidden, layers, **extra):
+def _text_kwargs(hidden, layers, vocab=VOCAB, **extra):
     return dict(
-        vocab_size=VOCAB,
+        vocab_size=vocab,
         hidden_size=hidden,
         intermediate_size=2 * hidden,
         num_hidden_layers=layers,
@@ -38,8 +38,12 @@ def build_target(
     hidden: int = 64,
     layers: int = TEXT_LAYERS,
     dtype=torch.float64,
+    vocab: int = VOCAB,
 ):
-    """A random ``kind`` target: qwen3, qwen2_vl, qwen2_5_vl or qwen3_vl, in eval mode."""
+    """A random ``kind`` target: qwen3, qwen2_vl, qwen2_5_vl or qwen3_vl, in eval mode.
+
+    ``vocab`` other than ``VOCAB`` is for text targets only (the VL ones keep
+    their special ids inside ``VOCAB``)."""
     import transformers as tf
 
     torch.manual_seed(seed)
@@ -50,7 +54,9 @@ def build_target(
         vision_end_token_id=VISION_END,
     )
     if kind == "qwen3":
-        config = tf.Qwen3Config(**_text_kwargs(hidden, layers, head_dim=16, rope_theta=100.0))
+        config = tf.Qwen3Config(
+            **_text_kwargs(hidden, layers, vocab=vocab, head_dim=16, rope_theta=100.0)
+        )
         model = tf.Qwen3ForCausalLM(config)
     elif kind in ("qwen2_vl", "qwen2_5_vl"):
         text = _text_kwargs(
@@ -127,8 +133,19 @@ def build_target(
     return model.to(dtype).eval()
 
 
-def build_head(target, seed: int = 1, block_size: int = 8, layers: int = 1, std: float = 0.08):
-    """A random DFlash head that fits ``target``, in the target's dtype."""
+def build_head(
+    target,
+    seed: int = 1,
+    block_size: int = 8,
+    layers: int = 1,
+    std: float = 0.08,
+    mask: int = MASK,
+    mask_span: str = "fixed",
+):
+    """A random DFlash head that fits ``target``, in the target's dtype.
+
+    ``mask_span="variable"`` only labels it so (``extend_budget`` accepts it);
+    its weights are as random as ever."""
     from dflash import DFlashDraftModel
     from transformers import Qwen3Config
 
@@ -148,8 +165,9 @@ def build_head(target, seed: int = 1, block_size: int = 8, layers: int = 1, std:
     config.num_target_layers = text.num_hidden_layers
     config.dflash_config = {
         "target_layer_ids": [0, text.num_hidden_layers - 2],
-        "mask_token_id": MASK,
+        "mask_token_id": mask,
         "block_size": block_size,
+        "mask_span": mask_span,
     }
     head = DFlashDraftModel(config)
     with torch.no_grad():

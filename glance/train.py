@@ -7,13 +7,19 @@
    the hidden states at the head's ``target_layer_ids`` (:func:`sequence_features`).
 3. **Blocks.** Random anchors ``a`` are drawn where the next token is a response
    token. A block is ``[token at a, MASK x (B-1)]`` at positions ``a..a+B-1``;
-   several blocks are packed into one row (:func:`pack_blocks`).
+   several blocks are packed into one row (:func:`pack_blocks`). With
+   ``mask_span="variable"``, a step may instead reveal the ``r`` true tokens
+   after the anchor, ``[token at a, tokens a+1..a+r, MASK x (B-1)]``, with
+   ``r`` drawn per step (0 half the time, else uniform in ``1..B-1``): what
+   ``generate(extend_budget=...)`` asks of the head when it reveals its own
+   spine and prices the offsets past the block.
 4. **Attention.** A block's queries see context positions strictly before their
    anchor, and their own block in both directions, nothing else
    (:func:`block_mask`). Seeing position ``a`` itself would leak the answer.
 5. **Loss.** The label at offset ``k`` is the token at ``a + k``: same position,
-   no shift. Offset 0 has weight 0 and offset ``k`` weight ``exp(-(k-1)/gamma)``;
-   the loss is normalised by the weights.
+   no shift. Offset 0 and revealed offsets have weight 0, and the ``j``-th
+   masked offset weight ``exp(-(j-1)/gamma)``; the loss is normalised by the
+   weights.
 6. **Frozen parts.** The target (embeddings and LM head included) never changes.
 
 The result saves with ``save_pretrained`` and loads with both
@@ -47,13 +53,18 @@ __all__ = [
 ]
 
 
+MASK_SPANS = ("fixed", "variable")
+
+
 @dataclass(frozen=True)
 class HeadConfig:
     """Shape and training settings of a block head.
 
     ``target_layer_ids`` defaults to an even spread over the target's layers
     (dflash's own default collapses on tiny targets). ``gamma`` defaults to
-    ``7 * block_size / 16`` (7 for B=16, as published).
+    ``7 * block_size / 16`` (7 for B=16, as published). ``mask_span``:
+    ``"fixed"`` (every block all masks after its anchor) or ``"variable"`` (some
+    steps reveal a prefix of the block; needed by ``extend_budget``).
     """
 
     block_size: int = 16
@@ -69,6 +80,11 @@ class HeadConfig:
     warmup: int = 50
     weight_decay: float = 0.01
     seed: int = 0
+    mask_span: str = "fixed"
+
+    def __post_init__(self):
+        if self.mask_span not in MASK_SPANS:
+            raise ValueError(f"mask_span must be one of {MASK_SPANS}; got {self.mask_span!r}")
 
 
 @dataclass(frozen=True)
@@ -117,6 +133,7 @@ def build_head(target, mask_token_id: int, cfg: HeadConfig = HeadConfig()):
         "target_layer_ids": layer_ids,
         "mask_token_id": int(mask_token_id),
         "block_size": int(cfg.block_size),
+        "mask_span": cfg.mask_span,
     }
     return DFlashDraftModel(config).to(target.dtype)
 
@@ -135,10 +152,13 @@ def sequence_features(target, seq: Sequence, layer_ids) -> torch.Tensor:
     return context_features(out.hidden_states, layer_ids)[0]
 
 
-def sample_anchors(prompt_len: int, length: int, n: int, rng: np.random.Generator) -> list[int]:
-    """Up to ``n`` distinct anchors ``a`` in ``[prompt_len - 1, length - 2]``: the
-    next token after each is a response token. Sorted."""
-    low, high = prompt_len - 1, length - 2
+def sample_anchors(
+    prompt_len: int, length: int, n: int, rng: np.random.Generator, reveal: int = 0
+) -> list[int]:
+    """Up to ``n`` distinct anchors ``a`` in ``[prompt_len - 1, length - 2 - reveal]``:
+    the next token after each is a response token, and so is the first masked
+    one after ``reveal`` revealed tokens. Sorted."""
+    low, high = prompt_len - 1, length - 2 - reveal
     if high < low:
         return []
     count = min(n, high - low + 1)
@@ -146,25 +166,35 @@ def sample_anchors(prompt_len: int, length: int, n: int, rng: np.random.Generato
 
 
 def pack_blocks(
-    input_ids: torch.Tensor, anchors, block_size: int, mask_token_id: int, gamma: float
+    input_ids: torch.Tensor,
+    anchors,
+    block_size: int,
+    mask_token_id: int,
+    gamma: float,
+    reveal: int = 0,
 ):
-    """One row's blocks: ``(block_ids, positions, labels, weights)``, each ``(n * B,)``.
+    """One row's blocks: ``(block_ids, positions, labels, weights)``, each
+    ``(n * (B + reveal),)``.
 
-    Block ``j`` is ``[input_ids[a_j], MASK x (B-1)]`` at positions
-    ``a_j..a_j+B-1``. The label at offset ``k`` is ``input_ids[a_j + k]`` (no
-    shift); offset 0 and offsets past the sequence end have weight 0, offset
-    ``k`` otherwise ``exp(-(k - 1) / gamma)``.
+    Block ``j`` is ``[input_ids[a_j .. a_j+reveal], MASK x (B-1)]`` at positions
+    ``a_j..a_j+reveal+B-1``. The label at offset ``k`` is ``input_ids[a_j + k]``
+    (no shift). Offsets ``0..reveal`` and offsets past the sequence end have
+    weight 0; masked offset ``k`` has ``exp(-(k - reveal - 1) / gamma)``.
     """
     length = input_ids.shape[0]
-    offsets = torch.arange(block_size)
+    span = block_size + reveal
+    offsets = torch.arange(span)
     starts = torch.tensor(anchors, dtype=torch.long)
     pos = (starts[:, None] + offsets[None]).reshape(-1)
-    block_ids = torch.full((len(anchors), block_size), mask_token_id, dtype=torch.long)
-    block_ids[:, 0] = input_ids[starts]
+    block_ids = torch.full((len(anchors), span), mask_token_id, dtype=torch.long)
+    shown = starts[:, None] + torch.arange(reveal + 1)[None]
+    if int(shown.max()) >= length:
+        raise ValueError(f"an anchor plus reveal={reveal} runs past the sequence of {length}")
+    block_ids[:, : reveal + 1] = input_ids[shown]
     inside = pos < length
     labels = torch.where(inside, input_ids[pos.clamp(max=length - 1)], torch.zeros_like(pos))
-    decay = torch.exp(-(offsets.double() - 1) / gamma)
-    decay[0] = 0.0
+    decay = torch.exp(-(offsets.double() - reveal - 1) / gamma)
+    decay[: reveal + 1] = 0.0
     weights = decay.repeat(len(anchors)) * inside
     return block_ids.reshape(-1), pos, labels, weights
 
@@ -189,12 +219,13 @@ def block_mask(
     return torch.cat([sees_ctx, sees_block], dim=1)
 
 
-def block_logits(head, target, rows, gamma: float):
+def block_logits(head, target, rows, gamma: float, reveal: int = 0):
     """The head's logits over a batch of packed rows, with labels and weights.
 
     ``rows`` are ``(features (L, F), input_ids (L,), anchors)`` with the same
-    number of anchors each. Returns ``(logits (R, n*B, V), labels (R, n*B),
-    weights (R, n*B))``.
+    number of anchors each; every block reveals ``reveal`` tokens after its
+    anchor. Returns ``(logits (R, n*S, V), labels (R, n*S), weights (R, n*S))``
+    with ``S = B + reveal``.
     """
     block = int(head.block_size)
     mask_id = int(head.mask_token_id)
@@ -204,12 +235,12 @@ def block_logits(head, target, rows, gamma: float):
     feats, noise, positions, masks, labels, weights = [], [], [], [], [], []
     for f, ids, anchors in rows:
         ids = ids.to(device)
-        b_ids, b_pos, b_lab, b_w = pack_blocks(ids.cpu(), anchors, block, mask_id, gamma)
+        b_ids, b_pos, b_lab, b_w = pack_blocks(ids.cpu(), anchors, block, mask_id, gamma, reveal)
         pad = ctx_len - f.shape[0]
         feats.append(torch.nn.functional.pad(f.to(device, dtype), (0, 0, 0, pad)))
         noise.append(noise_embedding(head, target, b_ids.to(device)[None])[0])
         positions.append(torch.cat([torch.arange(ctx_len), b_pos]))
-        masks.append(block_mask(anchors, block, ctx_len, valid_ctx=f.shape[0]))
+        masks.append(block_mask(anchors, block + reveal, ctx_len, valid_ctx=f.shape[0]))
         labels.append(b_lab)
         weights.append(b_w)
     visible = torch.stack(masks)[:, None].to(device)
@@ -225,9 +256,9 @@ def block_logits(head, target, rows, gamma: float):
     return logits, torch.stack(labels).to(device), torch.stack(weights).to(device, torch.float32)
 
 
-def head_loss(head, target, rows, gamma: float) -> torch.Tensor:
+def head_loss(head, target, rows, gamma: float, reveal: int = 0) -> torch.Tensor:
     """Weighted cross-entropy of :func:`block_logits`, normalised by the total weight."""
-    logits, labels, weights = block_logits(head, target, rows, gamma)
+    logits, labels, weights = block_logits(head, target, rows, gamma, reveal)
     nll = torch.nn.functional.cross_entropy(
         logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), reduction="none"
     )
@@ -252,6 +283,15 @@ def optimizer_step(optim, module, loss, lr: float, clip: float = 1.0) -> float:
     torch.nn.utils.clip_grad_norm_(module.parameters(), clip)
     optim.step()
     return float(loss.detach())
+
+
+def reveal_at(cfg: HeadConfig, longest: int, rng: np.random.Generator) -> int:
+    """Tokens revealed after the anchor in this step's blocks: always 0 for a
+    fixed mask span; for a variable one, 0 half the time, else uniform in
+    ``1..B-1``, capped so that some response still has a masked label."""
+    if cfg.mask_span == "fixed" or rng.random() < 0.5:
+        return 0
+    return int(min(rng.integers(1, cfg.block_size), max(0, longest - 1)))
 
 
 def train_head(
@@ -285,15 +325,18 @@ def train_head(
     )
     losses = []
     bar = tqdm(range(cfg.steps), desc="train head", disable=not progress)
+    response = np.array([ids.shape[0] - prompt_len for _, ids, prompt_len in data])
     for step in bar:
+        reveal = reveal_at(cfg, response.max(), rng)
+        eligible = np.flatnonzero(response >= reveal + 1)  # room for a masked label
         rows = []
-        for i in rng.integers(len(data), size=cfg.rows):
+        for i in eligible[rng.integers(len(eligible), size=cfg.rows)]:
             feats, ids, prompt_len = data[int(i)]
-            anchors = sample_anchors(prompt_len, ids.shape[0], cfg.blocks_per_row, rng)
+            anchors = sample_anchors(prompt_len, ids.shape[0], cfg.blocks_per_row, rng, reveal)
             while len(anchors) < cfg.blocks_per_row:  # short responses: repeat anchors
                 anchors = sorted(anchors + anchors[: cfg.blocks_per_row - len(anchors)])
             rows.append((feats, ids, anchors))
-        loss = head_loss(head, target, rows, gamma)
+        loss = head_loss(head, target, rows, gamma, reveal)
         losses.append(optimizer_step(optim, head, loss, lr_at(step, cfg)))
         if step % 25 == 0:
             bar.set_postfix(loss=f"{np.mean(losses[-25:]):.3f}")

@@ -147,3 +147,79 @@ def test_trained_head_loads_and_decodes_losslessly(text_target, sequences, train
         out, stats = fn(head, text_target, prompt, 24, return_stats=True, **kwargs)
         assert out.tolist() == want.tolist()
         assert stats.tau > 2.0  # it learned the sequence: several tokens per round
+
+
+def test_revealed_blocks_show_true_tokens_and_weigh_only_masks():
+    ids = torch.arange(100, 120)
+    block_ids, pos, labels, weights = pack_blocks(ids, [3], B, 7, 3.0, reveal=2)
+    assert block_ids.tolist() == [103, 104, 105] + [7] * (B - 1)
+    assert pos.tolist() == list(range(3, 3 + B + 2))
+    assert labels.tolist() == ids[pos].tolist()
+    assert weights[:3].tolist() == [0, 0, 0]
+    assert weights[3] == pytest.approx(1.0) and weights[4] == pytest.approx(np.exp(-1 / 3))
+    with pytest.raises(ValueError, match="reveal=2"):
+        pack_blocks(ids, [18], B, 7, 3.0, reveal=2)
+
+
+def test_anchors_leave_room_for_the_revealed_tokens():
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        assert all(4 <= a <= 12 - 2 - 3 for a in sample_anchors(5, 12, 3, rng, reveal=3))
+    assert sample_anchors(5, 9, 3, rng, reveal=3) == [4]
+    assert sample_anchors(5, 8, 3, rng, reveal=3) == []
+
+
+def test_mask_span_is_checked_and_recorded(text_target):
+    with pytest.raises(ValueError, match="mask_span"):
+        HeadConfig(mask_span="sometimes")
+    fixed = build_head(text_target, tiny.MASK, HeadConfig(block_size=B))
+    with pytest.raises(ValueError, match="mask_span"):
+        glance.generate(fixed, text_target, torch.tensor([[1, 2, 3]]), 8, extend_budget=4)
+    variable = build_head(text_target, tiny.MASK, HeadConfig(block_size=B, mask_span="variable"))
+    assert variable.config.dflash_config["mask_span"] == "variable"
+
+
+@pytest.fixture(scope="module")
+def trained_variable(text_target, sequences, tmp_path_factory):
+    cfg = HeadConfig(
+        block_size=B, layers=1, steps=300, rows=6, blocks_per_row=4, lr=5e-3, mask_span="variable"
+    )
+    head, log = train_head(text_target, sequences, tiny.MASK, cfg, progress=False)
+    path = tmp_path_factory.mktemp("variable") / "head"
+    head.save_pretrained(path)
+    return glance.load_block_head(path, target=text_target)
+
+
+def test_variable_head_prices_offsets_past_the_block(text_target, sequences, trained_variable):
+    """With the first B-1 tokens revealed, it predicts the B-1 after them."""
+    head = trained_variable
+    assert head.config.dflash_config["mask_span"] == "variable"
+    seq = sequences[1]
+    feats = sequence_features(text_target, seq, head.target_layer_ids)
+    anchors = [seq.prompt_len - 1, seq.prompt_len + 4]
+    rows = [(feats, seq.input_ids, anchors)]
+    for reveal in (0, B - 1):
+        logits, labels, weights = block_logits(head, text_target, rows, 3, reveal)
+        hit = (logits.argmax(-1) == labels)[weights > 0]
+        assert hit.float().mean() > 0.8, reveal
+
+
+def test_extend_budget_with_a_trained_head_is_lossless_and_reaches_past_the_block(
+    text_target, sequences, trained_variable
+):
+    seq = sequences[3]
+    prompt = seq.input_ids[None, : seq.prompt_len]
+    want = glance.greedy_generate(text_target, prompt, 24)
+    out, stats = glance.generate(
+        trained_variable,
+        text_target,
+        prompt,
+        24,
+        budget=15,
+        branch_k=3,
+        extend_budget=8,
+        return_stats=True,
+    )
+    assert out.tolist() == want.tolist()
+    assert max(r.accepted for r in stats.rounds) > B - 1  # an extension node was accepted
+    assert all(r.tree_size <= 15 + 8 for r in stats.rounds)

@@ -1,0 +1,117 @@
+"""``extend_budget``: the second head pass past the block widens the tree and
+never changes the output (float64, all four target classes)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import glance
+from glance import testing as tiny
+
+N_NEW = 64
+
+
+@pytest.fixture(scope="module")
+def variable_heads():
+    """A random head per kind, labelled as trained with a variable mask span."""
+    return {}
+
+
+def head_for(world, cache):
+    if world.kind not in cache:
+        cache[world.kind] = tiny.build_head(world.target, mask_span="variable")
+    return cache[world.kind]
+
+
+def new_tokens(ids, world):
+    return ids[0, world.input_ids.shape[1] :].tolist()
+
+
+@pytest.mark.parametrize("budget, branch_k, extend", [(1, 1, 1), (7, 3, 5), (63, 8, 63)])
+def test_extension_is_lossless(world, variable_heads, budget, branch_k, extend):
+    head = head_for(world, variable_heads)
+    want = new_tokens(world.reference, world)[:N_NEW]
+    kw = dict(budget=budget, branch_k=branch_k, extend_budget=extend, positions=world.positions)
+    out, stats = glance.generate(
+        head, world.target, world.input_ids, N_NEW, return_stats=True, **kw
+    )
+    assert new_tokens(out, world) == want
+    assert all(r.tree_size <= budget + extend for r in stats.rounds)
+    stop = want[N_NEW // 2]
+    cut = want[: want.index(stop) + 1]
+    out = glance.generate(head, world.target, world.input_ids, N_NEW, stop_token_ids=[stop], **kw)
+    assert new_tokens(out, world) == cut
+    for n in (1, 2, 9, 17):  # caps that end inside the block and inside the extension
+        out = glance.generate(head, world.target, world.input_ids, n, **kw)
+        assert new_tokens(out, world) == want[:n]
+
+
+def oracle(world, corrupt=()):
+    head = tiny.OracleHead(
+        world.target,
+        world.reference[0].tolist(),
+        block_size=8,
+        corrupt=corrupt,
+    )
+    head.config.dflash_config = {"mask_span": "variable"}
+    return head
+
+
+def test_extension_nodes_are_accepted_past_the_block(world):
+    """An oracle spine is accepted whole, and the subtree below it carries the
+    walk past the block: up to 2 * (B - 1) accepted per round."""
+    want = new_tokens(world.reference, world)[:N_NEW]
+    kw = dict(budget=7, branch_k=1, positions=world.positions, return_stats=True)
+    out, plain = glance.generate(oracle(world), world.target, world.input_ids, N_NEW, **kw)
+    assert new_tokens(out, world) == want
+    assert max(r.accepted for r in plain.rounds) == 7
+    out, wide = glance.generate(
+        oracle(world), world.target, world.input_ids, N_NEW, extend_budget=7, **kw
+    )
+    assert new_tokens(out, world) == want
+    assert max(r.accepted for r in wide.rounds) == 14
+    assert wide.tau > plain.tau + 3
+
+
+def test_no_extension_without_the_spine_leaf(world):
+    """A budget below the block's depth cannot hold the spine leaf: the
+    extension pass is skipped and nothing is added."""
+    kw = dict(budget=3, branch_k=1, positions=world.positions, return_stats=True)
+    out, st = glance.generate(
+        oracle(world), world.target, world.input_ids, 32, extend_budget=7, **kw
+    )
+    assert new_tokens(out, world) == new_tokens(world.reference, world)[:32]
+    assert all(r.tree_size <= 3 for r in st.rounds)
+
+
+def test_extension_with_sampling_couples_to_autoregressive_sampling(world, variable_heads):
+    head = head_for(world, variable_heads)
+    for seed in range(3):
+        settings = dict(temperature=1.0, positions=world.positions)
+        want = glance.greedy_generate(
+            world.target,
+            world.input_ids,
+            N_NEW,
+            generator=torch.Generator().manual_seed(seed),
+            **settings,
+        )
+        out = glance.generate(
+            head,
+            world.target,
+            world.input_ids,
+            N_NEW,
+            budget=15,
+            branch_k=4,
+            extend_budget=15,
+            generator=torch.Generator().manual_seed(seed),
+            **settings,
+        )
+        assert out.tolist() == want.tolist()
+
+
+def test_extend_budget_must_be_a_count(world, variable_heads):
+    head = head_for(world, variable_heads)
+    for bad in (-1, 2.5, True):
+        with pytest.raises(ValueError, match="extend_budget"):
+            glance.generate(head, world.target, world.input_ids, 4, extend_budget=bad)
