@@ -1,12 +1,14 @@
-"""The losslessness audit: GLANCE (and the chain) against greedy decoding, bitwise, at float32.
+"""The losslessness audit: GLANCE (and the chain) against greedy decoding,
+bitwise, at float32.
 
 On ``audit.n`` prompts per task the target decodes greedily twice (the control:
-does greedy agree with itself on this machine?), then with GLANCE and with the
-chain. A prompt's verdict is ``equal`` when every output equals the first
-greedy one, ``control_differs`` when greedy already disagrees with itself (so a
-mismatch there says nothing about GLANCE), and ``MISMATCH`` otherwise. Writes
-``results/audit.json`` with every verdict, then fails (exit 1) if any prompt is
-a ``MISMATCH``.
+does greedy agree with itself on this machine?), then with GLANCE, with the
+chain, and (for a head trained with a variable mask span) with GLANCE plus
+``extend_budget=decode.extend_row``. A prompt's verdict is ``equal`` when every
+output equals the first greedy one, ``control_differs`` when greedy already
+disagrees with itself (so a mismatch there says nothing about GLANCE), and
+``MISMATCH`` otherwise. Writes ``results/audit.json`` with every verdict, then
+fails (exit 1) if any prompt is a ``MISMATCH``.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from omegaconf import open_dict
 
 from stages.common import (
     app,
+    extend_row,
     load_head,
     load_target,
     log,
@@ -46,6 +49,7 @@ def main(cfg) -> None:
     target, processor = load_target(cfg)
     head = load_head(cfg, target)
     stops = stop_ids(processor, target)
+    extend = extend_row(cfg, head)
     prompts, tasks = [], {}
     for name in cfg.tasks:
         task = task_by_name(name)
@@ -75,6 +79,19 @@ def main(cfg) -> None:
                 ),
                 "chain": new(glance.chain_generate(head, target, ids, max_new, **kw)),
             }
+            if extend:
+                others["glance_extend"] = new(
+                    glance.generate(
+                        head,
+                        target,
+                        ids,
+                        max_new,
+                        budget=int(cfg.budget),
+                        branch_k=int(cfg.branch_k),
+                        extend_budget=extend,
+                        **kw,
+                    )
+                )
             v = verdict(greedy, control, others)
             rows.append(
                 {
@@ -91,6 +108,7 @@ def main(cfg) -> None:
         "dtype": "float32",
         "budget": int(cfg.budget),
         "branch_k": int(cfg.branch_k),
+        "extend_budget": extend,
         "prompts": len(prompts),
         "equal": prompts.count("equal"),
         "control_differs": prompts.count("control_differs"),

@@ -130,6 +130,38 @@ def load_head(cfg: DictConfig, target):
     return head.to(device=target.device, dtype=target.dtype)
 
 
+def extend_row(cfg: DictConfig, head) -> int:
+    """``decode.extend_row`` when the head can extend (variable mask span), else 0."""
+    from glance.head import check_head_extends
+
+    n = int(cfg.decode.extend_row)
+    if n <= 0:
+        return 0
+    try:
+        check_head_extends(head)
+    except ValueError as err:
+        log.warning("decode.extend_row=%d skipped: %s", n, err)
+        return 0
+    return n
+
+
+def sampling_kwargs(cfg: DictConfig, temperature: float, prompt: int) -> dict:
+    """``generate`` keyword arguments for one prompt at ``temperature``: the
+    config's top-p and top-k, and a CPU generator seeded from ``seed`` and the
+    prompt's index, so a rerun draws the same text."""
+    import torch
+
+    if float(temperature) == 0:
+        return {}
+    g = torch.Generator().manual_seed(int(cfg.seed) * 1_000_003 + prompt)
+    return dict(
+        temperature=float(temperature),
+        top_p=float(cfg.decode.top_p),
+        top_k=int(cfg.decode.top_k),
+        generator=g,
+    )
+
+
 def filler(n_tokens: int, tokenizer) -> str:
     """About ``n_tokens`` tokens of neutral preamble text, the same for every prompt."""
     if n_tokens <= 0:

@@ -4,13 +4,21 @@ width-1 chain ablation, back to back on each prompt, in one process.
     python -m stages.decode +task=chartqa budget=63
     python -m stages.decode -m +task=docvqa budget=15,31,63,127
 
-``n + 1`` prompts run; the first is the warm-up and is dropped (``glance.metrics``).
-Writes ``summary.json`` (per system: pooled tau, ms per token, tokens per
-second, the speedup over the baseline with its paired bootstrap interval, and
-how many outputs equal the baseline's) and ``rounds.jsonl`` (one record per
-measured round of GLANCE and the chain: entropy, accepted, committed, tree size,
-timings) to ``out_dir``: by default ``results/decode/<task>``, and for a ``-m``
-sweep ``results/sweeps/<task>/<the run's overrides>``.
+``n + 1`` prompts run; the first is the warm-up and is dropped
+(``glance.metrics``). All systems run at ``temperature`` (0: greedy). Two more
+kinds of row: ``glance_extend`` (GLANCE with
+``extend_budget=decode.extend_row``, for a head trained with a variable mask
+span) and, for each of ``decode.sampled``, ``ar@T`` and ``glance@T``, sampled
+at temperature ``T`` with seeds from ``seed`` and the prompt's index. A sampled
+row's outputs are compared with its own baseline's: with equal seeds the
+decoders draw the same text (``glance.sampling``), so ``matches_baseline``
+stays a check there too. Writes ``summary.json`` (per system: pooled tau, ms
+per token, tokens per second, the speedup over the baseline with its paired
+bootstrap interval, and how many outputs equal the baseline's;
+``tau_by_temperature`` for GLANCE) and ``rounds.jsonl`` (one record per
+measured round of GLANCE and the chain: entropy, accepted, committed, tree
+size, timings) to ``out_dir``: by default ``results/decode/<task>``, and for a
+``-m`` sweep ``results/sweeps/<task>/<the run's overrides>``.
 """
 
 from __future__ import annotations
@@ -21,11 +29,13 @@ from pathlib import Path
 
 from stages.common import (
     app,
+    extend_row,
     filler,
     load_head,
     load_target,
     log,
     prompt_inputs,
+    sampling_kwargs,
     setup,
     stop_ids,
     task_config,
@@ -84,23 +94,41 @@ def main(cfg) -> None:
     tokenizer = getattr(processor, "tokenizer", processor)
     preamble = filler(int(cfg.context), tokenizer)
     stops = stop_ids(processor, target)
-    systems = ("ar", "glance", "chain") if cfg.chain else ("ar", "glance")
+    temperature, extend = float(cfg.temperature), extend_row(cfg, head)
+    budget, branch_k = (cfg.budget if cfg.budget == "auto" else int(cfg.budget)), int(cfg.branch_k)
+    # name -> (baseline, temperature, how to run it); "ar" is the main baseline
+    systems = {"ar": (None, temperature, "ar"), "glance": ("ar", temperature, "glance")}
+    if cfg.chain:
+        systems["chain"] = ("ar", temperature, "chain")
+    if extend:
+        systems["glance_extend"] = ("ar", temperature, "extend")
+    for t in (float(t) for t in cfg.decode.sampled):
+        if t != temperature:
+            systems[f"ar@{t:g}"] = (None, t, "ar")
+            systems[f"glance@{t:g}"] = (f"ar@{t:g}", t, "glance")
     runs = {s: [] for s in systems}
     rounds = []
     for i, record in enumerate(tqdm(records, desc=f"decode {task.name}", unit="prompt")):
         ids, positions = prompt_inputs(processor, record, cfg.paths.data, preamble)
         kw = dict(positions=positions, stop_token_ids=stops, timing=cfg.timing, return_stats=True)
-        for system in systems:
-            if system == "ar":
-                out, stats = glance.greedy_generate(target, ids, max_new, **kw)
-            elif system == "glance":
-                budget, branch_k = int(cfg.budget), int(cfg.branch_k)
-                out, stats = glance.generate(
-                    head, target, ids, max_new, budget=budget, branch_k=branch_k, **kw
-                )
+        for system, (_, t, kind) in systems.items():
+            kw_t = {**kw, **sampling_kwargs(cfg, t, i)}
+            if kind == "ar":
+                out, stats = glance.greedy_generate(target, ids, max_new, **kw_t)
+            elif kind == "chain":
+                out, stats = glance.chain_generate(head, target, ids, max_new, **kw_t)
             else:
-                out, stats = glance.chain_generate(head, target, ids, max_new, **kw)
-            speculative = system != "ar"
+                out, stats = glance.generate(
+                    head,
+                    target,
+                    ids,
+                    max_new,
+                    budget=budget,
+                    branch_k=branch_k,
+                    extend_budget=extend if kind == "extend" else int(cfg.extend_budget),
+                    **kw_t,
+                )
+            speculative = kind != "ar"
             runs[system].append(
                 {
                     "ids": out[0, ids.shape[1] :].tolist(),
@@ -118,8 +146,13 @@ def main(cfg) -> None:
         "target": cfg.target.name,
         "head": cfg.head.name,
         "n": int(cfg.n),
-        "budget": int(cfg.budget),
-        "branch_k": int(cfg.branch_k),
+        "budget": budget,
+        "branch_k": branch_k,
+        "temperature": temperature,
+        "top_p": float(cfg.decode.top_p),
+        "top_k": int(cfg.decode.top_k),
+        "extend_budget": int(cfg.extend_budget),
+        "extend_row": extend,
         "timing": str(cfg.timing),
         "context": int(cfg.context),
         "max_new_tokens": max_new,
@@ -129,12 +162,18 @@ def main(cfg) -> None:
         "systems": {
             s: system_summary(
                 measured[s],
-                None if s == "ar" else measured["ar"],
+                None if base is None else measured[base],
                 int(cfg.seed),
                 int(cfg.decode.bootstrap),
             )
-            for s in systems
+            for s, (base, _, _) in systems.items()
         },
+    }
+    # GLANCE's tau at each temperature run, side by side (keys: temperatures)
+    summary["tau_by_temperature"] = {
+        f"{t:g}": summary["systems"][s]["tau"]
+        for s, (_, t, kind) in systems.items()
+        if kind == "glance"
     }
     if cfg.chain:
         summary["tree_over_chain"] = (

@@ -12,6 +12,8 @@
 * ``results/main_table.md`` and ``.json``: per task, tau and speedup of the
   autoregressive baseline, the chain and GLANCE, with intervals, and the
   geometric mean of the speedups.
+* ``results/sampling_table.md`` and ``.json``: per task, GLANCE's tau at each
+  temperature the decode stage ran, and with ``extend_budget`` on and off.
 """
 
 from __future__ import annotations
@@ -82,6 +84,46 @@ def main_table(summaries: dict) -> tuple[dict, str]:
         + " |"
     )
     return table, "\n".join(lines) + "\n"
+
+
+def sampling_table(summaries: dict) -> tuple[dict, str]:
+    """Per task, GLANCE's tau at each temperature run, and with ``extend_budget``
+    against without (both at the decode temperature), with the speedups."""
+    temps = {t for s in summaries.values() for t in s.get("tau_by_temperature", {})}
+    temps = sorted(temps, key=float)
+    rows = {}
+    for task, s in summaries.items():
+        row = {"tau_by_temperature": s.get("tau_by_temperature", {})}
+        names = {t: "glance" if float(t) == s["temperature"] else f"glance@{t}" for t in temps}
+        row["speedup_by_temperature"] = {
+            t: s["systems"][names[t]]["speedup"]["estimate"] for t in row["tau_by_temperature"]
+        }
+        if "glance_extend" in s["systems"]:
+            x = s["systems"]["glance_extend"]
+            row["extend"] = {
+                "extend_budget": s["extend_row"],
+                "tau": x["tau"],
+                "tau_without": s["systems"]["glance"]["tau"],
+                "speedup": x["speedup"]["estimate"],
+                "speedup_without": s["systems"]["glance"]["speedup"]["estimate"],
+            }
+        rows[task] = row
+    head = " | ".join(f"tau T={t}" for t in temps)
+    lines = [
+        f"| task | {head} | tau, extend_budget on / off | speedup, on / off |",
+        "|---|" + "---|" * len(temps) + "---|---|",
+    ]
+    for task, row in rows.items():
+        taus = " | ".join(_num(row["tau_by_temperature"].get(t)) for t in temps)
+        e = row.get("extend")
+        ext = (
+            f"{e['tau']:.2f} / {e['tau_without']:.2f} | "
+            f"{e['speedup']:.2f}x / {e['speedup_without']:.2f}x"
+            if e
+            else "n/a | n/a"
+        )
+        lines.append(f"| {task} | {taus} | {ext} |")
+    return {"temperatures": temps, "tasks": rows}, "\n".join(lines) + "\n"
 
 
 def cost_curves(bench: dict, figures: Path, plt) -> None:
@@ -240,6 +282,10 @@ def main(cfg) -> None:
     }
     write_json(results / "main_table.json", table)
     atomic_write_text(results / "main_table.md", markdown)
+    sampled, sampled_md = sampling_table(summaries)
+    write_json(results / "sampling_table.json", sampled)
+    atomic_write_text(results / "sampling_table.md", sampled_md)
+    log.info("sampling and extend_budget:\n%s", sampled_md)
     log.info("figures in %s; main table:\n%s", figures, markdown)
 
 

@@ -161,9 +161,21 @@ def test_repro_decode_summaries(repro):
     for task in TASKS:
         s = json.loads((repro / "results" / "decode" / task / "summary.json").read_text())
         assert s["n"] == 2 and s["max_new_tokens"] == 10 and s["budget"] == 63
-        for system in ("glance", "chain"):
+        assert set(s["systems"]) == {
+            "ar",
+            "glance",
+            "chain",
+            "glance_extend",
+            "ar@0.7",
+            "glance@0.7",
+            "ar@1",
+            "glance@1",
+        }
+        assert s["extend_row"] == 63 and set(s["tau_by_temperature"]) == {"0", "0.7", "1"}
+        for system in ("glance", "chain", "glance_extend", "glance@0.7", "glance@1"):
             x = s["systems"][system]
-            assert x["matches_baseline"] == 2, "float32 decoding differed from greedy"
+            # greedy rows equal greedy; sampled rows equal their seeded baseline
+            assert x["matches_baseline"] == 2, f"{system} differed from its baseline"
             assert x["speedup"]["low"] <= x["speedup"]["estimate"] <= x["speedup"]["high"]
             assert 1.0 <= x["tau"] <= s["cap"] + 1
         rounds = [
@@ -174,6 +186,7 @@ def test_repro_decode_summaries(repro):
         assert len(glance_rounds) == s["systems"]["glance"]["rounds"]
         assert {r["prompt"] for r in rounds} == {1, 2}, "warm-up rounds were reported"
         assert all(r["tree_size"] <= 63 for r in glance_rounds)
+        assert all(r["tree_size"] <= 63 + 63 for r in rounds if r["system"] == "glance_extend")
 
 
 def test_repro_sweep_and_context_runs(repro):
@@ -181,7 +194,8 @@ def test_repro_sweep_and_context_runs(repro):
         s = json.loads(
             (repro / "results" / "sweep" / f"budget-{budget}" / "summary.json").read_text()
         )
-        assert s["budget"] == budget and s["task"] == "docvqa" and "chain" not in s["systems"]
+        assert s["budget"] == budget and s["task"] == "docvqa"
+        assert set(s["systems"]) == {"ar", "glance"}  # no chain, extension or sampled rows
     short = json.loads((repro / "results" / "context" / "ctx-0" / "summary.json").read_text())
     long = json.loads((repro / "results" / "context" / "ctx-16" / "summary.json").read_text())
     assert short["context"] == 0 and long["context"] == 16 and "tree_over_chain" in long
@@ -189,7 +203,11 @@ def test_repro_sweep_and_context_runs(repro):
 
 def test_repro_audit_law_and_table(repro):
     audit = json.loads((repro / "results" / "audit.json").read_text())
-    assert audit["prompts"] == 5 and audit["mismatch"] == 0
+    assert audit["prompts"] == 5 and audit["mismatch"] == 0 and audit["extend_budget"] == 63
+    assert all(r["glance_extend_equal"] for rows in audit["tasks"].values() for r in rows)
+    sampled = json.loads((repro / "results" / "sampling_table.json").read_text())
+    assert sampled["temperatures"] == ["0", "0.7", "1"] and set(sampled["tasks"]) == set(TASKS)
+    assert all("extend" in row for row in sampled["tasks"].values())
     law = json.loads((repro / "results" / "law.json").read_text())
     assert set(law["tasks"]) == set(TASKS) and "pooled" in law
     table = json.loads((repro / "results" / "main_table.json").read_text())

@@ -48,6 +48,7 @@ def cmd_head(args) -> dict:
         steps=args.steps,
         lr=args.lr,
         seed=args.seed,
+        mask_span=args.mask_span,
     )
     save_json(Path(args.out) / "train_log.json", log)
     return log
@@ -112,6 +113,7 @@ def main(argv=None) -> None:
     p.add_argument("--steps", type=int, default=2000)
     p.add_argument("--lr", type=float, default=2e-3)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--mask-span", choices=("fixed", "variable"), default="variable")
     p = sub.add_parser("evaluate", help="exact match, entropy, tau per task, the law")
     p.add_argument("--target", type=Path, required=True)
     p.add_argument("--head", type=Path)

@@ -523,6 +523,7 @@ def train_toy_head(
     lr: float = 2e-3,
     seed: int = 0,
     max_new_tokens: int = 96,
+    mask_span: str = "fixed",
 ) -> dict:
     """Train a DFlash head for a saved toy target on the target's own answers
     (``greedy`` greedy ones and ``sampled`` at temperature 1) and save it to
@@ -550,7 +551,9 @@ def train_toy_head(
         )
     regen_seconds = time.perf_counter() - start
     mask = processor.tokenizer.convert_tokens_to_ids("<|mask|>")
-    cfg = HeadConfig(block_size=block_size, layers=layers, steps=steps, seed=seed, lr=lr)
+    cfg = HeadConfig(
+        block_size=block_size, layers=layers, steps=steps, seed=seed, lr=lr, mask_span=mask_span
+    )
     head, log = train_head(target, sequences, mask, cfg)
     replace_dir(out_dir, head.save_pretrained)
     log.update(regenerate_seconds=regen_seconds, sequences=len(sequences))
