@@ -211,9 +211,13 @@ SAMPLES = 20_000
 
 @pytest.fixture(scope="module")
 def small():
+    # One thread: these tensors are tiny, and a second thread only adds overhead.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
     target = tiny.build_target("qwen3", vocab=V, hidden=16, layers=2, std=0.3)
     head = tiny.build_head(target, block_size=4, mask=V - 1)
-    return target, head
+    yield target, head
+    torch.set_num_threads(threads)
 
 
 def exact_first_three(target, settings) -> np.ndarray:
