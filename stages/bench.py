@@ -8,8 +8,10 @@ Rows, all on the same prompts in one process, interleaved prompt by prompt
   strongest draft-free method (it copies from the text prompt, never the image);
 * ``dflash_chain``: ``dflash.model.dflash_generate``, the package's own chain,
   with the same head (its target calls get the image inputs and M-RoPE rows);
-* ``glance_greedy``, ``glance_chain``, ``glance_tree`` (``budget``) and
-  ``glance_auto`` (``budget="auto"``).
+* ``glance_greedy``, ``glance_chain``, ``glance_tree`` (``budget``),
+  ``glance_auto`` (``budget="auto"``) and ``glance_extend`` (``budget`` plus
+  ``extend_budget=decode.extend_row``; only for a head trained with a variable
+  mask span).
 
 Every row is timed the same way, wall clock around the whole call (prefill
 included), with the device synchronised. Per task and row: median ms per
@@ -32,6 +34,7 @@ import numpy as np
 
 from stages.common import (
     app,
+    extend_row,
     load_head,
     load_target,
     log,
@@ -51,6 +54,7 @@ ROWS = (
     "glance_chain",
     "glance_tree",
     "glance_auto",
+    "glance_extend",
 )
 
 
@@ -187,9 +191,16 @@ def run_row(row, cfg, target, head, processor, ids, positions, max_new, stops) -
             elif row == "glance_chain":
                 out, stats = glance.chain_generate(head, target, ids, max_new, **kw)
             else:
-                budget = int(cfg.budget) if row == "glance_tree" else "auto"
+                budget = "auto" if row == "glance_auto" else int(cfg.budget)
                 out, stats = glance.generate(
-                    head, target, ids, max_new, budget=budget, branch_k=int(cfg.branch_k), **kw
+                    head,
+                    target,
+                    ids,
+                    max_new,
+                    budget=budget,
+                    branch_k=int(cfg.branch_k),
+                    extend_budget=int(cfg.decode.extend_row) if row == "glance_extend" else 0,
+                    **kw,
                 )
             if row != "glance_greedy":
                 rounds = (sum(r.committed for r in stats.rounds), len(stats.rounds))
@@ -354,23 +365,25 @@ def main(cfg) -> None:
     target, processor = load_target(cfg)
     head = load_head(cfg, target)
     stops = stop_ids(processor, target)
+    rows = ROWS if extend_row(cfg, head) else ROWS[:-1]
     result = {
         "target": cfg.target.name,
         "device": str(target.device),
         "dtype": str(cfg.dtype),
         "budget": int(cfg.budget),
         "branch_k": int(cfg.branch_k),
+        "extend_budget": int(cfg.decode.extend_row) if "glance_extend" in rows else 0,
         "n": int(cfg.bench.n),
         "tasks": {},
     }
     for name in cfg.bench.tasks:
         task = task_by_name(name)
         max_new = int(cfg.max_new_tokens or task.max_new_tokens)
-        runs = {row: [] for row in ROWS}
+        runs = {row: [] for row in rows}
         records = task_records(cfg, task, int(cfg.bench.n) + 1)
         for record in tqdm(records, desc=f"bench {name}", unit="prompt"):
             ids, positions = prompt_inputs(processor, record, cfg.paths.data)
-            for row in ROWS:  # interleaved: every row on this prompt, then the next prompt
+            for row in rows:  # interleaved: every row on this prompt, then the next prompt
                 runs[row].append(
                     run_row(row, cfg, target, head, processor, ids, positions, max_new, stops)
                 )
