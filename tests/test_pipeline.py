@@ -281,6 +281,25 @@ def test_exp_run_set_param_reaches_the_stages(repro):
         assert all(r["tree_size"] <= 7 for r in rounds if r["system"] == "glance")
 
 
+def test_a_sweep_covers_temperature_and_extend_budget(repro):
+    """`-m temperature=... extend_budget=...` runs every pair; a sampled GLANCE
+    run draws the same text as its seeded baseline, and the extension widens
+    the tree within its budget."""
+    sweep = ["temperature=0,0.7", "extend_budget=0,5", "n=2", "chain=false"]
+    quiet = ["decode.sampled=[]", "decode.extend_row=0"]
+    run("-m", "stages.decode", "--config-name", "from_params", "-m",
+        "+task=docvqa", *sweep, *quiet, cwd=repro)  # fmt: skip
+    found = {}
+    for path in (repro / "results" / "sweeps" / "docvqa").glob("*/summary.json"):
+        s = json.loads(path.read_text())
+        found[(s["temperature"], s["extend_budget"])] = s
+        assert set(s["systems"]) == {"ar", "glance"}
+        assert s["systems"]["glance"]["matches_baseline"] == 2
+        rounds = [json.loads(line) for line in (path.parent / "rounds.jsonl").open()]
+        assert all(r["tree_size"] <= 63 + s["extend_budget"] for r in rounds)
+    assert set(found) == {(0.0, 0), (0.0, 5), (0.7, 0), (0.7, 5)}
+
+
 def test_repro_bench_rows_agree_and_cost_curves(repro):
     from glance.budget import AUTO_SIZES
     from stages.bench import ROWS
