@@ -504,7 +504,7 @@ def _speculate(
             full = _search(top_ids, top_lp, cost.sizes[-1], top_ids.shape[1])
             size, predicted = choose_budget(full.logprobs, cost, (t1 - t0) * 1e3, scale.alpha)
             tree = _first(full, size)
-        extend_ms = 0.0
+        extend_ms, drafted = 0.0, len(tree)
         past_block = min(block - 1, max_new_tokens - len(new) - depth)
         if extend and past_block >= 1:
             te = _clock(device)
@@ -528,8 +528,8 @@ def _speculate(
         path, bonus = _walk(tree, logits, sampling, uniforms)
         t3 = _clock(device)
 
-        if cost is not None:
-            scale.update(len(path), predicted)
+        if cost is not None:  # alpha scales the prediction, which knew only the first tree
+            scale.update(int((path < drafted).sum()), predicted)
         committed, done = _cut(
             tree.tokens[path].tolist() + [bonus], max_new_tokens - len(new), stops
         )

@@ -100,10 +100,10 @@ def main(cfg) -> None:
     systems = {"ar": (None, temperature, "ar"), "glance": ("ar", temperature, "glance")}
     if cfg.chain:
         systems["chain"] = ("ar", temperature, "chain")
-    if extend:
+    if extend and not int(cfg.extend_budget):  # otherwise the glance row already extends
         systems["glance_extend"] = ("ar", temperature, "extend")
     for t in (float(t) for t in cfg.decode.sampled):
-        if t != temperature:
+        if f"{t:g}" != f"{temperature:g}":
             systems[f"ar@{t:g}"] = (None, t, "ar")
             systems[f"glance@{t:g}"] = (f"ar@{t:g}", t, "glance")
     runs = {s: [] for s in systems}
@@ -152,7 +152,7 @@ def main(cfg) -> None:
         "top_p": float(cfg.decode.top_p),
         "top_k": int(cfg.decode.top_k),
         "extend_budget": int(cfg.extend_budget),
-        "extend_row": extend,
+        "extend_row": extend if "glance_extend" in systems else 0,
         "timing": str(cfg.timing),
         "context": int(cfg.context),
         "max_new_tokens": max_new,
@@ -170,10 +170,10 @@ def main(cfg) -> None:
         },
     }
     # GLANCE's tau at each temperature run, side by side (keys: temperatures)
+    glance_rows = {f"{t:g}": s for s, (_, t, kind) in systems.items() if kind == "glance"}
+    summary["glance_by_temperature"] = glance_rows
     summary["tau_by_temperature"] = {
-        f"{t:g}": summary["systems"][s]["tau"]
-        for s, (_, t, kind) in systems.items()
-        if kind == "glance"
+        t: summary["systems"][name]["tau"] for t, name in glance_rows.items()
     }
     if cfg.chain:
         summary["tree_over_chain"] = (

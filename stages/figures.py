@@ -89,14 +89,16 @@ def main_table(summaries: dict) -> tuple[dict, str]:
 def sampling_table(summaries: dict) -> tuple[dict, str]:
     """Per task, GLANCE's tau at each temperature run, and with ``extend_budget``
     against without (both at the decode temperature), with the speedups."""
-    temps = {t for s in summaries.values() for t in s.get("tau_by_temperature", {})}
+    temps = {t for s in summaries.values() for t in s.get("glance_by_temperature", {})}
     temps = sorted(temps, key=float)
     rows = {}
     for task, s in summaries.items():
-        row = {"tau_by_temperature": s.get("tau_by_temperature", {})}
-        names = {t: "glance" if float(t) == s["temperature"] else f"glance@{t}" for t in temps}
-        row["speedup_by_temperature"] = {
-            t: s["systems"][names[t]]["speedup"]["estimate"] for t in row["tau_by_temperature"]
+        names = s.get("glance_by_temperature", {})
+        row = {
+            "tau_by_temperature": {t: s["systems"][n]["tau"] for t, n in names.items()},
+            "speedup_by_temperature": {
+                t: s["systems"][n]["speedup"]["estimate"] for t, n in names.items()
+            },
         }
         if "glance_extend" in s["systems"]:
             x = s["systems"]["glance_extend"]

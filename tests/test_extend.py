@@ -28,8 +28,13 @@ def new_tokens(ids, world):
     return ids[0, world.input_ids.shape[1] :].tolist()
 
 
-@pytest.mark.parametrize("budget, branch_k, extend", [(1, 1, 1), (7, 3, 5), (63, 8, 63)])
-def test_extension_is_lossless(world, variable_heads, budget, branch_k, extend):
+# budget 7 with branch_k 1 is the whole spine of a block of 8, so every round
+# extends; budget 1 never holds the spine leaf, so none does.
+@pytest.mark.parametrize(
+    "budget, branch_k, extend, extends",
+    [(1, 1, 1, False), (7, 1, 5, True), (7, 1, 63, True), (63, 8, 63, None)],
+)
+def test_extension_is_lossless(world, variable_heads, budget, branch_k, extend, extends):
     head = head_for(world, variable_heads)
     want = new_tokens(world.reference, world)[:N_NEW]
     kw = dict(budget=budget, branch_k=branch_k, extend_budget=extend, positions=world.positions)
@@ -38,6 +43,8 @@ def test_extension_is_lossless(world, variable_heads, budget, branch_k, extend):
     )
     assert new_tokens(out, world) == want
     assert all(r.tree_size <= budget + extend for r in stats.rounds)
+    if extends is not None:
+        assert any(r.tree_size > budget for r in stats.rounds) == extends
     stop = want[N_NEW // 2]
     cut = want[: want.index(stop) + 1]
     out = glance.generate(head, world.target, world.input_ids, N_NEW, stop_token_ids=[stop], **kw)
@@ -96,18 +103,23 @@ def test_extension_with_sampling_couples_to_autoregressive_sampling(world, varia
             generator=torch.Generator().manual_seed(seed),
             **settings,
         )
-        out = glance.generate(
+        out, stats = glance.generate(
             head,
             world.target,
             world.input_ids,
             N_NEW,
-            budget=15,
-            branch_k=4,
+            budget=7,
+            branch_k=1,
             extend_budget=15,
             generator=torch.Generator().manual_seed(seed),
+            return_stats=True,
             **settings,
         )
         assert out.tolist() == want.tolist()
+        left = N_NEW - 1  # the prefill made the first token
+        for r in stats.rounds:  # the spine is the tree: it extends while there is room
+            assert (r.tree_size > 7) == (left > 7)
+            left -= r.committed
 
 
 def test_extend_budget_must_be_a_count(world, variable_heads):
@@ -115,3 +127,27 @@ def test_extend_budget_must_be_a_count(world, variable_heads):
     for bad in (-1, 2.5, True):
         with pytest.raises(ValueError, match="extend_budget"):
             glance.generate(head, world.target, world.input_ids, 4, extend_budget=bad)
+
+
+def test_sampled_walk_accepts_into_the_extension(world):
+    """A head rigged toward the sampled text: under sampling too, the walk runs
+    on into the subtree past the block, and the text is unchanged."""
+    g = torch.Generator().manual_seed(7)
+    kw = dict(positions=world.positions, temperature=1.0)
+    want = glance.greedy_generate(world.target, world.input_ids, N_NEW, generator=g, **kw)
+    head = tiny.OracleHead(world.target, want[0].tolist(), block_size=8)
+    head.config.dflash_config = {"mask_span": "variable"}
+    out, stats = glance.generate(
+        head,
+        world.target,
+        world.input_ids,
+        N_NEW,
+        budget=7,
+        branch_k=1,
+        extend_budget=7,
+        generator=torch.Generator().manual_seed(7),
+        return_stats=True,
+        **kw,
+    )
+    assert out.tolist() == want.tolist()
+    assert max(r.accepted for r in stats.rounds) == 14
