@@ -65,32 +65,14 @@ def main(cfg) -> None:
 
             greedy = new(glance.greedy_generate(target, ids, max_new, **kw))
             control = new(glance.greedy_generate(target, ids, max_new, **kw))
+            tree = dict(budget=int(cfg.budget), branch_k=int(cfg.branch_k), **kw)
             others = {
-                "glance": new(
-                    glance.generate(
-                        head,
-                        target,
-                        ids,
-                        max_new,
-                        budget=int(cfg.budget),
-                        branch_k=int(cfg.branch_k),
-                        **kw,
-                    )
-                ),
+                "glance": new(glance.generate(head, target, ids, max_new, **tree)),
                 "chain": new(glance.chain_generate(head, target, ids, max_new, **kw)),
             }
             if extend:
                 others["glance_extend"] = new(
-                    glance.generate(
-                        head,
-                        target,
-                        ids,
-                        max_new,
-                        budget=int(cfg.budget),
-                        branch_k=int(cfg.branch_k),
-                        extend_budget=extend,
-                        **kw,
-                    )
+                    glance.generate(head, target, ids, max_new, extend_budget=extend, **tree)
                 )
             v = verdict(greedy, control, others)
             rows.append(

@@ -54,15 +54,42 @@ def test_extension_is_lossless(world, variable_heads, budget, branch_k, extend, 
         assert new_tokens(out, world) == want[:n]
 
 
-def oracle(world, corrupt=()):
-    head = tiny.OracleHead(
-        world.target,
-        world.reference[0].tolist(),
-        block_size=8,
-        corrupt=corrupt,
-    )
+def oracle(world, reference=None, corrupt=()):
+    """An oracle head (rigged toward ``reference``, by default the greedy text)
+    labelled as trained with a variable mask span."""
+    ref = world.reference if reference is None else reference
+    head = tiny.OracleHead(world.target, ref[0].tolist(), block_size=8, corrupt=corrupt)
     head.config.dflash_config = {"mask_span": "variable"}
     return head
+
+
+def sampled_spine(head, world, seed, extend):
+    """GLANCE sampling at temperature 1 on a width-1 tree of 7 nodes: the whole
+    spine of a block of 8, so every round with room extends."""
+    return glance.generate(
+        head,
+        world.target,
+        world.input_ids,
+        N_NEW,
+        budget=7,
+        branch_k=1,
+        extend_budget=extend,
+        positions=world.positions,
+        temperature=1.0,
+        generator=torch.Generator().manual_seed(seed),
+        return_stats=True,
+    )
+
+
+def sampled_greedy(world, seed):
+    return glance.greedy_generate(
+        world.target,
+        world.input_ids,
+        N_NEW,
+        positions=world.positions,
+        temperature=1.0,
+        generator=torch.Generator().manual_seed(seed),
+    )
 
 
 def test_extension_nodes_are_accepted_past_the_block(world):
@@ -95,26 +122,8 @@ def test_no_extension_without_the_spine_leaf(world):
 def test_extension_with_sampling_couples_to_autoregressive_sampling(world, variable_heads):
     head = head_for(world, variable_heads)
     for seed in range(3):
-        settings = dict(temperature=1.0, positions=world.positions)
-        want = glance.greedy_generate(
-            world.target,
-            world.input_ids,
-            N_NEW,
-            generator=torch.Generator().manual_seed(seed),
-            **settings,
-        )
-        out, stats = glance.generate(
-            head,
-            world.target,
-            world.input_ids,
-            N_NEW,
-            budget=7,
-            branch_k=1,
-            extend_budget=15,
-            generator=torch.Generator().manual_seed(seed),
-            return_stats=True,
-            **settings,
-        )
+        want = sampled_greedy(world, seed)
+        out, stats = sampled_spine(head, world, seed, extend=15)
         assert out.tolist() == want.tolist()
         left = N_NEW - 1  # the prefill made the first token
         for r in stats.rounds:  # the spine is the tree: it extends while there is room
@@ -132,22 +141,7 @@ def test_extend_budget_must_be_a_count(world, variable_heads):
 def test_sampled_walk_accepts_into_the_extension(world):
     """A head rigged toward the sampled text: under sampling too, the walk runs
     on into the subtree past the block, and the text is unchanged."""
-    g = torch.Generator().manual_seed(7)
-    kw = dict(positions=world.positions, temperature=1.0)
-    want = glance.greedy_generate(world.target, world.input_ids, N_NEW, generator=g, **kw)
-    head = tiny.OracleHead(world.target, want[0].tolist(), block_size=8)
-    head.config.dflash_config = {"mask_span": "variable"}
-    out, stats = glance.generate(
-        head,
-        world.target,
-        world.input_ids,
-        N_NEW,
-        budget=7,
-        branch_k=1,
-        extend_budget=7,
-        generator=torch.Generator().manual_seed(7),
-        return_stats=True,
-        **kw,
-    )
+    want = sampled_greedy(world, 7)
+    out, stats = sampled_spine(oracle(world, reference=want), world, 7, extend=7)
     assert out.tolist() == want.tolist()
     assert max(r.accepted for r in stats.rounds) == 14
