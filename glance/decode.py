@@ -64,7 +64,11 @@ class Round:
     root, in nats; ``tree_size``: nodes verified besides the root; ``draft_ms``,
     ``verify_ms``: the two forward passes; ``host_ms``: everything else, of
     which ``tree_ms`` builds the tree, its mask and the verify inputs (the rest
-    is the walk, cache compaction and bookkeeping).
+    is the walk, cache compaction and bookkeeping). ``cap``: the round's
+    effective cap, the most drafted tokens it could have accepted: the tree's
+    depth limit (the block, plus an extension), or fewer when the output ends
+    (stop token or ``max_new_tokens``) sooner. A round with ``accepted >= cap``
+    is censored: it was stopped by the cap, not by a rejection.
     """
 
     accepted: int
@@ -75,6 +79,7 @@ class Round:
     verify_ms: float
     host_ms: float
     tree_ms: float = 0.0
+    cap: int = 0
 
 
 @dataclass(frozen=True)
@@ -476,9 +481,11 @@ def _speculate(
     done = root in stops or max_new_tokens == 1
     length = input_ids.shape[1]  # target cache length = the root's sequence index
 
+    starts, caps = [], []  # output length at each round's root, and its depth limit
     while not done:
         t0 = _clock(device)
         depth = min(block - 1, max_new_tokens - len(new))
+        starts.append(len(new))
         block_ids = torch.full((1, depth + 1), int(head.mask_token_id), device=device)
         block_ids[0, 0] = root
         hidden = head(
@@ -506,6 +513,7 @@ def _speculate(
             tree = _first(full, size)
         extend_ms, drafted = 0.0, len(tree)
         past_block = min(block - 1, max_new_tokens - len(new) - depth)
+        caps.append(depth + (past_block if extend and past_block >= 1 else 0))
         if extend and past_block >= 1:
             te = _clock(device)
             tree = _extend(
@@ -555,6 +563,9 @@ def _speculate(
             )
         )
     window = _clock(device) - (window_start if window_start is not None else prefill_end)
+    rounds = [
+        replace(r, cap=min(c, len(new) - s)) for r, c, s in zip(rounds, caps, starts, strict=True)
+    ]
     rounds = entropies.fill(rounds)
     return _finish(
         input_ids, new, rounds, (prefill_end - start) * 1e3, window, timing, return_stats

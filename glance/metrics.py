@@ -160,3 +160,86 @@ def paired_bootstrap(
         n_resamples=n_resamples,
         seed=seed,
     )
+
+
+def paired_tau_ratio(
+    committed_a,
+    rounds_a,
+    committed_b,
+    rounds_b,
+    *,
+    seed: int,
+    n_resamples: int = 10_000,
+    confidence: float = 0.95,
+) -> RatioEstimate:
+    """``pooled_tau(a) / pooled_tau(b)`` with a paired bootstrap interval.
+
+    Each prompt's committed tokens and rounds under both systems are resampled
+    together (scipy's BCa interval), as :func:`paired_bootstrap` does for times.
+    Inputs are per-prompt counts after :func:`drop_warmup`.
+    """
+    arrays = [
+        _vector(name, x, positive=True)
+        for name, x in (
+            ("committed_a", committed_a),
+            ("rounds_a", rounds_a),
+            ("committed_b", committed_b),
+            ("rounds_b", rounds_b),
+        )
+    ]
+    if len({x.shape for x in arrays}) != 1:
+        raise ValueError(f"counts must be paired; got shapes {[x.shape for x in arrays]}")
+    if arrays[0].shape[0] < 2:
+        raise ValueError(f"paired_tau_ratio needs at least 2 prompts; got {arrays[0].shape[0]}")
+
+    def ratio(ca, ra, cb, rb, axis=-1):
+        return (ca.sum(axis=axis) / ra.sum(axis=axis)) / (cb.sum(axis=axis) / rb.sum(axis=axis))
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        warnings.simplefilter("ignore", stats.DegenerateDataWarning)
+        res = stats.bootstrap(
+            arrays,
+            ratio,
+            paired=True,
+            vectorized=True,
+            n_resamples=n_resamples,
+            confidence_level=confidence,
+            method="BCa",
+            rng=np.random.default_rng(seed),
+        )
+    low, high = float(res.confidence_interval.low), float(res.confidence_interval.high)
+    if np.ptp(res.bootstrap_distribution) == 0 or not (np.isfinite(low) and np.isfinite(high)):
+        low = high = float(ratio(*arrays))
+    return RatioEstimate(
+        estimate=float(ratio(*arrays)),
+        low=low,
+        high=high,
+        confidence=confidence,
+        n=int(arrays[0].shape[0]),
+        n_resamples=n_resamples,
+        seed=seed,
+    )
+
+
+def offset_acceptance(accepted, cap, depth: int) -> list[float | None]:
+    """P(offset k accepted | offset k reached), for k = 1..``depth``.
+
+    A round reaches offset ``k`` when it accepted the ``k - 1`` before it and
+    its effective cap allows ``k``. ``None`` where no round reached ``k``.
+    """
+    a = np.asarray(accepted, dtype=np.int64)
+    c = np.asarray(cap, dtype=np.int64)
+    out = []
+    for k in range(1, depth + 1):
+        reached = (a >= k - 1) & (c >= k)
+        out.append(float((a[reached] >= k).mean()) if reached.any() else None)
+    return out
+
+
+def tau_ceiling(new_tokens, block: int) -> float:
+    """The highest pooled tau that outputs of these lengths allow with a block of
+    ``block`` tokens (``block - 1`` drafted plus the bonus per round). The first
+    new token comes from the prefill, as in the decoders, and is not a round's."""
+    n = _vector("new_tokens", new_tokens) - 1
+    return float(n.sum() / np.ceil(n / block).sum())

@@ -295,13 +295,37 @@ def reveal_at(cfg: HeadConfig, longest: int, rng: np.random.Generator) -> int:
 
 
 def train_head(
-    target, sequences, mask_token_id: int, cfg: HeadConfig = HeadConfig(), progress: bool = True
+    target,
+    sequences,
+    mask_token_id: int,
+    cfg: HeadConfig = HeadConfig(),
+    progress: bool = True,
+    heldout=(),
+    eval_every: int = 250,
 ):
     """Train a head on ``sequences`` (:class:`Sequence`, target-generated).
 
     Returns ``(head, log)``; the head is in eval mode. Context features are
     computed once per sequence up front. Deterministic for a seed on one machine.
+    With ``heldout`` sequences, the log's ``heldout_curve`` holds ``[step,
+    loss]`` pairs every ``eval_every`` steps and at the end: the loss on fixed
+    blocks of sequences never trained on (all masks after the anchor), so a
+    reader can check that training converged.
     """
+    import os
+
+    # Bit-reproducible training: deterministic kernels (cuBLAS needs a fixed
+    # workspace for them), restored to the caller's setting afterwards.
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    was_deterministic = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        return _train_head(target, sequences, mask_token_id, cfg, progress, heldout, eval_every)
+    finally:
+        torch.use_deterministic_algorithms(was_deterministic)
+
+
+def _train_head(target, sequences, mask_token_id, cfg, progress, heldout, eval_every):
     from tqdm import tqdm
 
     target.requires_grad_(False)
@@ -323,7 +347,17 @@ def train_head(
     optim = torch.optim.AdamW(
         head.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.95)
     )
-    losses = []
+    losses, curve = [], []
+    probe = _heldout_rows(target, heldout, layer_ids, cfg)
+
+    def evaluate(step: int) -> None:
+        if probe:
+            head.eval()
+            with torch.no_grad():
+                loss = float(np.mean([head_loss(head, target, [r], gamma).item() for r in probe]))
+            curve.append([step, loss])
+            head.train()
+
     bar = tqdm(range(cfg.steps), desc="train head", disable=not progress)
     response = np.array([ids.shape[0] - prompt_len for _, ids, prompt_len in data])
     for step in bar:
@@ -340,6 +374,9 @@ def train_head(
         losses.append(optimizer_step(optim, head, loss, lr_at(step, cfg)))
         if step % 25 == 0:
             bar.set_postfix(loss=f"{np.mean(losses[-25:]):.3f}")
+        if step % eval_every == 0:
+            evaluate(step)
+    evaluate(cfg.steps)
     head.eval().requires_grad_(False)
     log = {
         "feature_seconds": feature_seconds,
@@ -348,7 +385,21 @@ def train_head(
         "final_loss": float(np.mean(losses[-25:])),
         "parameters": sum(p.numel() for p in head.parameters()),
     }
+    if curve:
+        log["heldout_curve"] = curve
     return head, log
+
+
+def _heldout_rows(target, sequences, layer_ids, cfg: HeadConfig) -> list:
+    """Fixed evaluation rows: each held-out sequence with up to
+    ``cfg.blocks_per_row`` anchors drawn from a generator of its own."""
+    rng = np.random.default_rng([cfg.seed, 7])
+    rows = []
+    for s in sequences:
+        anchors = sample_anchors(s.prompt_len, s.input_ids.shape[0], cfg.blocks_per_row, rng)
+        if anchors:
+            rows.append((sequence_features(target, s, layer_ids).cpu(), s.input_ids, anchors))
+    return rows
 
 
 @torch.no_grad()

@@ -157,3 +157,19 @@ _PROCESSOR_FILES = (
     "processor_config.json",
     "preprocessor_config.json",
 )
+
+
+FILLER = "note the page below and answer from it. "
+
+
+def filler(n_tokens: int, tokenizer) -> str:
+    """About ``n_tokens`` tokens of neutral preamble text (whole words of
+    :data:`FILLER`, repeated), the same for every prompt; empty for ``n <= 0``."""
+    if n_tokens <= 0:
+        return ""
+    words = FILLER.split()
+    text, i = "", 0
+    while len(tokenizer(text)["input_ids"]) < n_tokens:
+        text += words[i % len(words)] + " "
+        i += 1
+    return text

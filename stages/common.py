@@ -163,15 +163,10 @@ def sampling_kwargs(cfg: DictConfig, temperature: float, prompt: int) -> dict:
 
 
 def filler(n_tokens: int, tokenizer) -> str:
-    """About ``n_tokens`` tokens of neutral preamble text, the same for every prompt."""
-    if n_tokens <= 0:
-        return ""
-    words = "note the page below and answer from it. ".split()
-    text, i = "", 0
-    while len(tokenizer(text)["input_ids"]) < n_tokens:
-        text += words[i % len(words)] + " "
-        i += 1
-    return text
+    """:func:`glance.vl.filler`: the preamble of the context runs."""
+    from glance.vl import filler as text
+
+    return text(n_tokens, tokenizer)
 
 
 def prompt_inputs(processor, record: dict, data_dir, preamble: str = ""):

@@ -12,10 +12,13 @@ span) and, for each of ``decode.sampled``, ``ar@T`` and ``glance@T``, sampled
 at temperature ``T`` with seeds from ``seed`` and the prompt's index. A sampled
 row's outputs are compared with its own baseline's: with equal seeds the
 decoders draw the same text (``glance.sampling``), so ``matches_baseline``
-stays a check there too. Writes ``summary.json`` (per system: pooled tau, ms
-per token, tokens per second, the speedup over the baseline with its paired
-bootstrap interval, and how many outputs equal the baseline's;
-``tau_by_temperature`` for GLANCE) and ``rounds.jsonl`` (one record per
+stays a check there too; with ``chain``, ``chain@T`` runs beside them.
+Writes ``summary.json`` (per system: pooled tau, ms per token, tokens per
+second, the speedup over the baseline with its paired bootstrap interval, and
+how many outputs equal the baseline's; ``tau_by_temperature`` for GLANCE;
+``tree_over_chain_by_temperature``, GLANCE's tau over the chain's with a paired
+bootstrap interval; and ``regime``: answer length, the tau those lengths allow,
+the mean root entropy and the chain's per-offset acceptance) and ``rounds.jsonl`` (one record per
 measured round of GLANCE and the chain: entropy, accepted, committed, tree
 size, timings) to ``out_dir``: by default ``results/decode/<task>``, and for a
 ``-m`` sweep ``results/sweeps/<task>/<the run's overrides>``.
@@ -77,6 +80,44 @@ def system_summary(runs: list[dict], base: list[dict] | None, seed: int, resampl
     return out
 
 
+def tau_ratio(tree: list[dict], chain: list[dict], cfg) -> dict:
+    """GLANCE's pooled tau over the chain's on the same prompts, with a paired
+    bootstrap interval over prompts."""
+    from glance.metrics import paired_tau_ratio
+
+    est = paired_tau_ratio(
+        [r["committed"] for r in tree],
+        [r["rounds"] for r in tree],
+        [r["committed"] for r in chain],
+        [r["rounds"] for r in chain],
+        seed=int(cfg.seed),
+        n_resamples=int(cfg.decode.bootstrap),
+    )
+    return {"estimate": est.estimate, "low": est.low, "high": est.high}
+
+
+def regime(measured: dict, rounds: list[dict], block: int) -> dict:
+    """Where the task sits: answer lengths against the block, the target's mean
+    root entropy (GLANCE's rounds), the chain's per-offset acceptance
+    P(accept offset k | offset k reached), and the highest tau the answer
+    lengths allow (:func:`glance.metrics.tau_ceiling`)."""
+    from glance.metrics import offset_acceptance, tau_ceiling
+
+    lengths = [r["new_tokens"] for r in measured["ar"]]
+    glance_rounds = [r for r in rounds if r["system"] == "glance"]
+    chain_rounds = [r for r in rounds if r["system"] == "chain"]
+    out = {
+        "new_tokens_per_answer": sum(lengths) / len(lengths),
+        "tau_ceiling": tau_ceiling(lengths, block),
+        "root_entropy": sum(r["entropy"] for r in glance_rounds) / max(1, len(glance_rounds)),
+    }
+    if chain_rounds:
+        out["chain_offset_acceptance"] = offset_acceptance(
+            [r["accepted"] for r in chain_rounds], [r["cap"] for r in chain_rounds], block - 1
+        )
+    return out
+
+
 @app
 def main(cfg) -> None:
     from tqdm import tqdm
@@ -106,6 +147,8 @@ def main(cfg) -> None:
         if f"{t:g}" != f"{temperature:g}":
             systems[f"ar@{t:g}"] = (None, t, "ar")
             systems[f"glance@{t:g}"] = (f"ar@{t:g}", t, "glance")
+            if cfg.chain:
+                systems[f"chain@{t:g}"] = (f"ar@{t:g}", t, "chain")
     runs = {s: [] for s in systems}
     rounds = []
     for i, record in enumerate(tqdm(records, desc=f"decode {task.name}", unit="prompt")):
@@ -159,6 +202,7 @@ def main(cfg) -> None:
         "dtype": str(cfg.dtype),
         "device": str(cfg.device),
         "cap": int(head.block_size) - 1,
+        "regime": regime(measured, rounds, int(head.block_size)),
         "systems": {
             s: system_summary(
                 measured[s],
@@ -176,9 +220,13 @@ def main(cfg) -> None:
         t: summary["systems"][name]["tau"] for t, name in glance_rows.items()
     }
     if cfg.chain:
-        summary["tree_over_chain"] = (
-            summary["systems"]["glance"]["tau"] / summary["systems"]["chain"]["tau"]
-        )
+        ratios = {
+            t: tau_ratio(measured[name], measured[name.replace("glance", "chain", 1)], cfg)
+            for t, name in glance_rows.items()
+        }
+        summary["tree_over_chain"] = ratios[f"{temperature:g}"]["estimate"]
+        summary["tree_over_chain_interval"] = ratios[f"{temperature:g}"]
+        summary["tree_over_chain_by_temperature"] = ratios
     from glance._io import atomic_write_text
 
     atomic_write_text(out_dir / "rounds.jsonl", "".join(json.dumps(r) + "\n" for r in rounds))

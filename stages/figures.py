@@ -86,6 +86,47 @@ def main_table(summaries: dict) -> tuple[dict, str]:
     return table, "\n".join(lines) + "\n"
 
 
+def regime_table(summaries: dict) -> tuple[dict, str]:
+    """Where each task sits (issue: a world where drafting is the bottleneck):
+    answer length, the highest tau those lengths allow, the target's mean root
+    entropy, the chain's and GLANCE's tau, GLANCE's share of the ceiling, the
+    tree/chain tau ratio with its paired interval, and the chain's per-offset
+    acceptance at offsets 1, 2, 4, 8 and 15."""
+    rows = {}
+    for task, s in summaries.items():
+        reg = s.get("regime", {})
+        ratio = s.get("tree_over_chain_interval")
+        glance_tau = s["systems"]["glance"]["tau"]
+        rows[task] = {
+            "new_tokens_per_answer": reg.get("new_tokens_per_answer"),
+            "tau_ceiling": reg.get("tau_ceiling"),
+            "root_entropy": reg.get("root_entropy"),
+            "chain_tau": s["systems"].get("chain", {}).get("tau"),
+            "glance_tau": glance_tau,
+            "glance_share_of_ceiling": glance_tau / reg["tau_ceiling"] if reg else None,
+            "tree_over_chain": ratio,
+            "chain_offset_acceptance": reg.get("chain_offset_acceptance"),
+        }
+    lines = [
+        "| task | new tokens / answer | tau ceiling | root entropy (nats) | chain tau | "
+        "GLANCE tau | GLANCE / ceiling | tree / chain [95%] | chain P(accept k), k=1,2,4,8,15 |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for task, r in rows.items():
+        ratio = r["tree_over_chain"]
+        ratio_txt = (
+            f"{ratio['estimate']:.2f} [{ratio['low']:.2f}, {ratio['high']:.2f}]" if ratio else "n/a"
+        )
+        acc = r["chain_offset_acceptance"] or []
+        picks = " / ".join(_num(acc[k - 1]) if k <= len(acc) else "n/a" for k in (1, 2, 4, 8, 15))
+        lines.append(
+            f"| {task} | {_num(r['new_tokens_per_answer'])} | {_num(r['tau_ceiling'])} | "
+            f"{r['root_entropy']:.3f} | {_num(r['chain_tau'])} | {_num(r['glance_tau'])} | "
+            f"{_num(r['glance_share_of_ceiling'])} | {ratio_txt} | {picks} |"
+        )
+    return {"tasks": rows}, "\n".join(lines) + "\n"
+
+
 def sampling_table(summaries: dict) -> tuple[dict, str]:
     """Per task, GLANCE's tau at each temperature run, and with ``extend_budget``
     against without (both at the decode temperature), with the speedups."""
@@ -99,6 +140,7 @@ def sampling_table(summaries: dict) -> tuple[dict, str]:
             "speedup_by_temperature": {
                 t: s["systems"][n]["speedup"]["estimate"] for t, n in names.items()
             },
+            "tree_over_chain_by_temperature": s.get("tree_over_chain_by_temperature", {}),
         }
         if "glance_extend" in s["systems"]:
             x = s["systems"]["glance_extend"]
@@ -110,13 +152,18 @@ def sampling_table(summaries: dict) -> tuple[dict, str]:
                 "speedup_without": s["systems"]["glance"]["speedup"]["estimate"],
             }
         rows[task] = row
-    head = " | ".join(f"tau T={t}" for t in temps)
+    head = " | ".join(f"tau T={t} (tree / chain)" for t in temps)
     lines = [
         f"| task | {head} | tau, extend_budget on / off | speedup, on / off |",
         "|---|" + "---|" * len(temps) + "---|---|",
     ]
     for task, row in rows.items():
-        taus = " | ".join(_num(row["tau_by_temperature"].get(t)) for t in temps)
+        ratios = row["tree_over_chain_by_temperature"]
+        taus = " | ".join(
+            _num(row["tau_by_temperature"].get(t))
+            + (f" ({ratios[t]['estimate']:.2f}x)" if t in ratios else "")
+            for t in temps
+        )
         e = row.get("extend")
         ext = (
             f"{e['tau']:.2f} / {e['tau_without']:.2f} | "
@@ -191,42 +238,77 @@ def main(cfg) -> None:
         for t in cfg.tasks
     }
 
-    # (a) the law
+    # (a) the law, entropy on a log axis (rounds at H = 0 drawn at FLOOR)
     law = read_json(results / "law.json", "run the fit_law stage first")
-    fig, ax = plt.subplots(figsize=(5.5, 4))
+    floor = 1e-4
+    fig, ax = plt.subplots(figsize=(6, 4.2))
     for task, fitted in law["tasks"].items():
         if "error" not in fitted:
-            ax.plot(fitted["decile_entropy"], fitted["decile_accepted"], "o-", ms=3, label=task)
+            passed = "holds" if fitted["holds"] else "fails"
+            ax.plot(
+                np.maximum(fitted["decile_entropy"], floor),
+                fitted["decile_accepted"],
+                "o-",
+                ms=3,
+                label=f"{task} deciles (b1 {_num(fitted['b1'])}, {passed})",
+            )
     pooled = law["pooled"]
     if "error" not in pooled:
         model = DraftabilityLaw.from_dict(
-            {k: v for k, v in pooled.items() if k not in ("holds", "conditions")}
+            {k: v for k, v in pooled.items() if k in DraftabilityLaw.__dataclass_fields__}
         )
-        h = np.linspace(0, max(max(pooled["decile_entropy"]), 1e-3) * 1.05, 200)
+        h = np.geomspace(floor, max(max(pooled["decile_entropy"]), 1e-3) * 1.2, 200)
         ax.plot(
             h,
             model.expected(h, cap=summaries[cfg.tasks[0]]["cap"]),
             "k--",
-            label=f"pooled law (R² {_num(pooled['r2_round'])} of ceiling "
-            f"{_num(pooled['r2_ceiling'])})",
+            label=f"pooled law: b0 {_num(pooled['b0'])}, b1 {_num(pooled['b1'])}; "
+            f"holds() {'passed' if pooled['holds'] else 'failed'}",
         )
-    ax.set_xlabel("target entropy H at the round's root (nats)")
+        if pooled.get("ceiling_entropy"):
+            ax.step(
+                np.maximum(pooled["ceiling_entropy"], floor),
+                pooled["ceiling_accepted"],
+                where="mid",
+                color="0.5",
+                lw=1,
+                label=f"ceiling: entropy-bin means (R² {_num(pooled['r2_ceiling'])}; "
+                f"law R² {_num(pooled['r2_round'])})",
+            )
+    ax.set_xscale("log")
+    ax.set_xlabel("target entropy H at the round's root (nats, log scale)")
     ax.set_ylabel("mean accepted length a")
     ax.set_title("(a) accepted length against entropy, by decile")
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=6)
     save_figure(fig, figures / "law.png")
     plt.close(fig)
 
-    # (b) tree against chain
-    fig, ax = plt.subplots(figsize=(5.5, 3.5))
+    # (b) tree over chain: the tau ratio with its paired interval, per temperature
+    fig, ax = plt.subplots(figsize=(6, 3.5))
     x = np.arange(len(summaries))
-    chain = [s["systems"].get("chain", {}).get("tau", np.nan) for s in summaries.values()]
-    tree = [s["systems"]["glance"]["tau"] for s in summaries.values()]
-    ax.bar(x - 0.2, chain, 0.4, label="chain (width 1)")
-    ax.bar(x + 0.2, tree, 0.4, label=f"GLANCE (N={cfg.budget})")
+    temps = sorted(
+        {t for s in summaries.values() for t in s.get("tree_over_chain_by_temperature", {})},
+        key=float,
+    )
+    width = 0.8 / max(1, len(temps))
+    for j, t in enumerate(temps):
+        rows = [s.get("tree_over_chain_by_temperature", {}).get(t) for s in summaries.values()]
+        est = np.array([r["estimate"] if r else np.nan for r in rows])
+        low = np.array([r["low"] if r else np.nan for r in rows])
+        high = np.array([r["high"] if r else np.nan for r in rows])
+        err = np.clip(np.array([est - low, high - est]), 0, None)
+        ax.bar(
+            x + (j - (len(temps) - 1) / 2) * width,
+            est,
+            width,
+            yerr=err,
+            capsize=2,
+            label=f"T = {t}",
+        )
+    ax.axhline(1.0, color="k", lw=0.8)
     ax.set_xticks(x, list(summaries))
-    ax.set_ylabel("tau (tokens per round)")
-    ax.set_title("(b) tree against chain")
+    ax.set_ylabel("GLANCE tau / chain tau")
+    ax.set_title(f"(b) what width buys (N={cfg.budget}, 95% paired intervals)")
     ax.legend(fontsize=7)
     save_figure(fig, figures / "tree_vs_chain.png")
     plt.close(fig)
@@ -284,6 +366,10 @@ def main(cfg) -> None:
     }
     write_json(results / "main_table.json", table)
     atomic_write_text(results / "main_table.md", markdown)
+    regime, regime_md = regime_table(summaries)
+    write_json(results / "regime_table.json", regime)
+    atomic_write_text(results / "regime_table.md", regime_md)
+    log.info("regime:\n%s", regime_md)
     sampled, sampled_md = sampling_table(summaries)
     write_json(results / "sampling_table.json", sampled)
     atomic_write_text(results / "sampling_table.md", sampled_md)

@@ -1,10 +1,12 @@
 """Fit the draftability law per task and pooled, from GLANCE's measured rounds.
 
-Reads ``results/decode/<task>/rounds.jsonl`` (rounds of ``system == "glance"``)
-and each summary's ``cap`` (the deepest offset a round can accept, so rounds at
-the cap count as censored). Writes ``results/law.json``: per task and pooled,
-b0, b1, r2_round, r2_ceiling, the decile curve, Spearman, and ``holds()`` with
-its four conditions; and ``results/law_deciles.csv`` (task, entropy, accepted,
+Reads ``results/decode/<task>/rounds.jsonl`` (rounds of ``system == "glance"``),
+each with its effective ``cap``: the most drafted tokens the round could accept,
+the block's limit or the tokens left before the output's end, whichever is
+smaller. A round that reached its cap is censored, not a rejection. Writes
+``results/law.json``: per task and pooled, b0, b1, r2_round, r2_ceiling, the
+decile curve, the ceiling's bin means, Spearman, and ``holds()`` with its four
+conditions; and ``results/law_deciles.csv`` (task, entropy, accepted,
 fitted, count) for ``dvc plots``. A task whose rounds cannot be fitted (for
 example every round at the cap) is reported with the reason instead of numbers.
 """
@@ -19,32 +21,50 @@ import numpy as np
 from stages.common import app, log, read_json, setup, write_json
 
 
-def read_rounds(path: Path, system: str = "glance") -> tuple[np.ndarray, np.ndarray]:
-    entropy, accepted = [], []
+def read_rounds(path: Path, system: str = "glance") -> tuple[np.ndarray, ...]:
+    """Entropy, accepted and effective cap of each round of ``system``.
+
+    ``accepted`` is clipped to the cap: drafted tokens accepted past the end of
+    the output (after its stop token) never count."""
+    entropy, accepted, cap = [], [], []
     with open(path, encoding="utf-8") as f:
         for number, line in enumerate(f, 1):
             try:
                 r = json.loads(line)
                 if r["system"] == system:
                     entropy.append(float(r["entropy"]))
-                    accepted.append(int(r["accepted"]))
+                    cap.append(int(r["cap"]))
+                    accepted.append(min(int(r["accepted"]), cap[-1]))
             except (json.JSONDecodeError, KeyError, TypeError, ValueError) as err:
                 raise ValueError(
-                    f"{path}:{number}: expected a round record with system, entropy and "
-                    f"accepted ({err})"
+                    f"{path}:{number}: expected a round record with system, entropy, "
+                    f"accepted and cap ({err})"
                 ) from err
-    return np.array(entropy), np.array(accepted, dtype=np.int64)
+    return np.array(entropy), np.array(accepted, dtype=np.int64), np.array(cap, dtype=np.int64)
 
 
 def fit(entropy, accepted, cap) -> dict:
-    from glance.law import DraftabilityLaw
+    """The law's fit and ``holds()``, plus the ceiling's curve: mean entropy and
+    mean accepted length in each of the ceiling's equal-count entropy bins."""
+    from glance.law import DraftabilityLaw, rank_bins
 
     try:
         law = DraftabilityLaw.fit(entropy, accepted, cap=cap)
     except ValueError as err:
         return {"n": int(len(entropy)), "error": str(err)}
     ok, conditions = law.holds()
-    return law.to_dict() | {"holds": ok, "conditions": conditions}
+    bins = rank_bins(entropy, law.ceiling_bins)
+    count = np.bincount(bins, minlength=law.ceiling_bins)
+    used = count > 0
+    curve = {
+        "ceiling_entropy": (
+            np.bincount(bins, weights=entropy, minlength=law.ceiling_bins)[used] / count[used]
+        ).tolist(),
+        "ceiling_accepted": (
+            np.bincount(bins, weights=accepted, minlength=law.ceiling_bins)[used] / count[used]
+        ).tolist(),
+    }
+    return law.to_dict() | {"holds": ok, "conditions": conditions} | curve
 
 
 @app
@@ -56,9 +76,8 @@ def main(cfg) -> None:
     per_task, pooled_h, pooled_a, pooled_cap = {}, [], [], []
     for name in cfg.tasks:
         folder = results / "decode" / name
-        summary = read_json(folder / "summary.json", f"run the decode stage for {name}")
-        h, a = read_rounds(folder / "rounds.jsonl")
-        cap = np.full(len(h), int(summary["cap"]))
+        read_json(folder / "summary.json", f"run the decode stage for {name}")
+        h, a, cap = read_rounds(folder / "rounds.jsonl")
         per_task[name] = fit(h, a, cap)
         pooled_h.append(h)
         pooled_a.append(a)

@@ -44,9 +44,11 @@ def main(cfg) -> None:
 
     def fill(tmp: Path) -> None:
         if source == "toy":
-            from glance.toy.tasks import write_task
+            from glance.toy.tasks import WRITABLE, write_task
 
-            for task in cfg.tasks:
+            # the bench's length task too, when it is a toy task (longform)
+            extra = [cfg.bench.length_task] if cfg.bench.length_task in WRITABLE else []
+            for task in dict.fromkeys([*cfg.tasks, *extra]):
                 write_task(task, cfg.prepare.n, tmp, cfg.prepare.seed)
                 summary["tasks"][task] = int(cfg.prepare.n)
         else:

@@ -1,9 +1,12 @@
-"""The target: train the toy one, or resolve a given checkpoint, and record it.
+"""The target: check the shipped toy one (or retrain it), or resolve a given
+checkpoint, and record it.
 
 Writes ``<paths.target>/target.json``: where the weights are (``path``,
 ``revision``), the architecture, layer count, hidden size, vocabulary, dtype,
-and for the toy target its training log and held-out exact match. The toy
-target's weights and processor are saved in the same folder.
+and for the toy target its weights' SHA-256 and held-out exact match. The toy
+target ships in the repository (``target.path``); its hash is checked against
+``target.sha256``. With ``target.retrain=true`` a new one is trained into this
+folder instead, and its training log is recorded too.
 """
 
 from __future__ import annotations
@@ -31,6 +34,32 @@ def describe(path, revision=None) -> dict:
     }
 
 
+def sha256(path) -> str:
+    import hashlib
+
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def shipped_toy(t) -> Path:
+    """The shipped toy checkpoint folder, its weights checked against ``target.sha256``."""
+    path = Path(str(t.path))
+    weights = path / "model.safetensors"
+    if not weights.is_file():
+        raise SystemExit(
+            f"target.path: {weights} is missing; the toy target ships in the repository "
+            "(or set target.retrain=true to train one)"
+        )
+    if t.sha256 and sha256(weights) != str(t.sha256):
+        raise SystemExit(
+            f"{weights}: SHA-256 {sha256(weights)} does not match target.sha256 {t.sha256}"
+        )
+    return path
+
+
 @app
 def main(cfg) -> None:
     setup(cfg)
@@ -40,11 +69,24 @@ def main(cfg) -> None:
         from glance.toy.world import TargetSize, TrainConfig, evaluate_target, train_target
         from glance.vl import load_target
 
-        train = TrainConfig(**plain(t.train))
-        train_log = train_target(out, train, TargetSize(**plain(t.size)))
-        model, processor = load_target(out, dtype=_dtype(cfg))
+        train_log = None
+        if t.retrain:
+            train_log = train_target(
+                out, TrainConfig(**plain(t.train)), TargetSize(**plain(t.size))
+            )
+            path = out
+        else:
+            path = shipped_toy(t)
+            out.mkdir(parents=True, exist_ok=True)
+        model, processor = load_target(path, dtype=_dtype(cfg))
         quality = evaluate_target(model, processor, cfg.paths.data, n=int(t.heldout))
-        info = describe(out) | {"train": train_log, "heldout": quality}
+        info = describe(path) | {
+            "sha256": sha256(Path(path) / "model.safetensors"),
+            "retrained": bool(t.retrain),
+            "heldout": quality,
+        }
+        if train_log is not None:
+            info["train"] = train_log
     elif t.source == "pretrained":
         if not t.path:
             raise SystemExit("target.path: give a hub name or a local checkpoint folder")

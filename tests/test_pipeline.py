@@ -106,6 +106,42 @@ def test_audit_verdicts():
     assert verdict([1, 2], [1, 4], {"glance": [1, 3], "chain": [1, 2]}) == "control_differs"
 
 
+def test_target_ships_checked_and_retrains_only_when_asked(tmp_path):
+    data, out = tmp_path / "data", tmp_path / "target"
+    run("-m", "stages.prepare", "prepare.n=2", f"paths.data={data}")
+    shipped = run(
+        "-m", "stages.target", "target.heldout=1", f"paths.data={data}", f"paths.target={out}"
+    )
+    info = json.loads((out / "target.json").read_text())
+    assert not info["retrained"] and info["path"] == "models/toy-target" and "train" not in info
+    assert not (out / "model.safetensors").exists(), shipped.stderr  # nothing was trained
+    bad = run(
+        "-m",
+        "stages.target",
+        "target.sha256=" + "0" * 64,
+        f"paths.data={data}",
+        f"paths.target={tmp_path / 'other'}",
+        check=False,
+    )
+    assert bad.returncode != 0 and "does not match target.sha256" in bad.stderr
+    run(
+        "-m",
+        "stages.target",
+        "target.retrain=true",
+        "target.train.steps=2",
+        "target.train.batch=2",
+        "target.size.hidden=32",
+        "target.size.layers=1",
+        "target.heldout=1",
+        "threads=1",
+        f"paths.data={data}",
+        f"paths.target={out}",
+    )
+    info = json.loads((out / "target.json").read_text())
+    assert info["retrained"] and info["train"]["steps"] == 2 and info["path"] == str(out)
+    assert info["hidden_size"] == 32 and (out / "model.safetensors").is_file()
+
+
 def test_prepare_rejects_a_bad_task_folder(tmp_path):
     source = tmp_path / "src"
     source.mkdir()
@@ -125,7 +161,7 @@ def repro(tmp_path_factory):
     """`dvc repro` of the whole pipeline in a copy of the project, on TINY params."""
     pytest.importorskip("dvc")
     work = tmp_path_factory.mktemp("pipeline")
-    for item in ("conf", "stages", "glance", "dvc.yaml"):
+    for item in ("conf", "stages", "glance", "dvc.yaml", "models/toy-target"):
         src = ROOT / item
         if src.is_dir():
             shutil.copytree(src, work / item, ignore=shutil.ignore_patterns("__pycache__"))
@@ -170,7 +206,15 @@ def test_repro_decode_summaries(repro):
             "glance@0.7",
             "ar@1",
             "glance@1",
+            "chain@0.7",
+            "chain@1",
         }
+        reg = s["regime"]
+        assert len(reg["chain_offset_acceptance"]) == s["cap"]
+        assert reg["new_tokens_per_answer"] <= 10 and 1 <= reg["tau_ceiling"] <= s["cap"] + 1
+        assert set(s["tree_over_chain_by_temperature"]) == {"0", "0.7", "1"}
+        r = s["tree_over_chain_interval"]
+        assert r["low"] <= r["estimate"] <= r["high"]
         assert s["extend_row"] == 63 and set(s["tau_by_temperature"]) == {"0", "0.7", "1"}
         for system in ("glance", "chain", "glance_extend", "glance@0.7", "glance@1"):
             x = s["systems"][system]
@@ -186,6 +230,8 @@ def test_repro_decode_summaries(repro):
         assert len(glance_rounds) == s["systems"]["glance"]["rounds"]
         assert {r["prompt"] for r in rounds} == {1, 2}, "warm-up rounds were reported"
         assert all(r["tree_size"] <= 63 for r in glance_rounds)
+        # the effective cap: never past the block, nor past the output's end
+        assert all(1 <= r["cap"] <= min(s["cap"], 10) for r in glance_rounds)
         assert all(r["tree_size"] <= 63 + 63 for r in rounds if r["system"] == "glance_extend")
 
 

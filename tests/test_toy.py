@@ -52,13 +52,58 @@ def test_tasks_are_deterministic_and_grounded(data, tmp_path):
     T.write_task("docvqa", 4, tmp_path, seed=3)
     assert (tmp_path / "docvqa.jsonl").read_text() == (data / "docvqa.jsonl").read_text()
     for r in T.read_task(data / "docvqa.jsonl"):
-        field = r["prompt"].split()[-1].rstrip("?")
-        value = next(line.split()[1] for line in r["lines"] if line.startswith(field + " "))
-        assert value in r["answer"]
+        for line in r["lines"]:  # every field and its value is copied off the page
+            assert line + " " in r["answer"]
     for r in T.read_task(data / "chartqa.jsonl"):
-        values = " ".join(r["lines"][1:3]).split()
-        assert r["answer"] == "the values are " + ",".join(values) + "."
-        assert len(r["answer"]) >= 24
+        values = " ".join(r["lines"]).split()
+        copied = [item.split()[:2] for item in r["answer"].rstrip(".").split(", ")]
+        assert [v for pair in copied for v in pair] == values
+
+
+def free_letters_follow_the_table(example) -> int:
+    """Check every free letter of an answer against the successor table; return
+    how many there were."""
+    text, checked = "", 0
+    answer = example.answer
+    for part in example.parts:
+        if part is not None:
+            assert answer.startswith(part, len(text)), (part, answer)
+            text += part
+            continue
+        word = answer[len(text) : len(text) + example.style.letters]
+        for ch in word:
+            ctx = (text[-2:]).rjust(2)
+            allowed = T.SUCCESSORS[T.ALPHABET.index(ctx[0]), T.ALPHABET.index(ctx[1])]
+            assert T.LETTERS.index(ch) in allowed[: example.style.m], (ctx, ch, answer)
+            text += ch
+            checked += 1
+    assert text == answer
+    return checked
+
+
+def test_answers_are_long_and_graded_by_their_free_share():
+    rng = np.random.default_rng(5)
+    share = {}
+    for task in T.TASKS:
+        examples = [T.make_example(task, rng) for _ in range(50)]
+        lengths = [len(ex.answer) for ex in examples]
+        assert np.mean(lengths) >= 96, (task, np.mean(lengths))  # far past a 16-token block
+        free = sum(free_letters_follow_the_table(ex) for ex in examples)
+        share[task] = free * np.log(T.STYLES[task].m) / sum(lengths)  # nats per character
+    order = [share[t] for t in T.TASKS]
+    assert order == sorted(order, reverse=True), share  # caption most free, chartqa least
+    long = [len(T.make_example("longform", rng).answer) for _ in range(5)]
+    assert min(long) >= 512
+
+
+def test_resampled_answers_keep_the_page_and_redraw_the_free_words():
+    ex = T.make_example("caption", np.random.default_rng(2))
+    rng = np.random.default_rng(3)
+    others = {ex.sample_answer(rng) for _ in range(20)}
+    assert len(others) == 20  # the free letters are redrawn
+    for text in others:
+        again = T.Example(ex.task, ex.lines, ex.prompt, text, ex.parts, ex.style)
+        free_letters_follow_the_table(again)
 
 
 def test_bad_task_file_names_the_line(tmp_path):
@@ -70,7 +115,7 @@ def test_bad_task_file_names_the_line(tmp_path):
 
 def test_tokenizer_round_trips():
     tok = build_processor().tokenizer
-    text = "the code field reads k7x2m9q4p1, as printed."
+    text = "name k7x2m9q yzv dqa; city n5n8wfb ytb cuk."
     ids = tok(text).input_ids
     assert len(ids) == len(text)  # one token per character
     assert tok.decode(ids) == text

@@ -1,23 +1,38 @@
-"""Five synthetic grounded tasks, from free-running to strongly grounded.
+"""Five synthetic grounded tasks, graded from free-running to near-copy.
 
 Every image is a small page of monospace text: ``ROWS`` lines of ``COLS``
 cells, each cell ``CELL`` x ``CELL`` pixels holding one character, so one
 vision patch is one glyph. The question comes before the image in the prompt.
 
-=========  ==========================================================  ============
-task       answer                                                      grounding
-=========  ==========================================================  ============
-caption    a randomly phrased description with a few image facts       weakest
-textvqa    a word read off a given line, inside one of many replies
-infovqa    a number read off a labelled item, in one of three templates
-docvqa     a field value copied verbatim, in an almost fixed template
-chartqa    a long run of values copied verbatim, in a fixed template   strongest
-=========  ==========================================================  ============
+An answer walks the page item by item (a line, a field, a value). Each item
+is a **grounded** part, copied off the page, followed by **free** words: short
+words whose letters the writer chooses, each uniformly among ``m`` letters
+that a fixed second-order table allows after the two characters before it
+(:data:`SUCCESSORS`). The free letters are where the target is uncertain, and
+where its greedy choice is a near-tie that a drafter has to guess; the copied
+parts are read off the page and are near-deterministic. The tasks differ in
+how much of an answer is free and in ``m``:
 
-:func:`make_example` draws one example; ``answer`` is the reference answer and
-:meth:`Example.sample_answer` draws a phrasing from the task's distribution, as
-training text. :func:`write_task` writes ``<task>.jsonl`` plus PNG images,
-deterministically from a seed. Needs numpy and Pillow.
+=========  ===================================  ====  ===========  ==========
+task       one item                             free  letters (m)  free share
+=========  ===================================  ====  ===========  ==========
+caption    a word on line i, then 4 free words  4x3   4            about 0.52
+textvqa    a word on line i, then 3 free words  3x3   3            about 0.45
+infovqa    item and count, then 3 free words    3x3   2            about 0.41
+docvqa     field and value, then 2 free words   2x2   2            about 0.24
+chartqa    one chart value, then 1 free word    1x2   2            about 0.29
+=========  ===================================  ====  ===========  ==========
+
+(free: words x letters per item; the share counts free letters over all
+characters.) Answers run 100 to 130 characters, far past a 16-token block.
+``longform`` (the caption at length, about 600 characters) serves the bench's
+length curve, and ``transcribe`` (copy the page) is a training-only drill.
+
+:func:`make_example` draws one example; ``answer`` is one draw of the writer,
+and :meth:`Example.sample_answer` draws another phrasing of the same page (the
+grounded parts fixed, the free letters redrawn), as training text.
+:func:`write_task` writes ``<task>.jsonl`` plus PNG images, deterministically
+from a seed. Needs numpy and Pillow.
 """
 
 from __future__ import annotations
@@ -25,7 +40,7 @@ from __future__ import annotations
 import functools
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -33,10 +48,11 @@ import numpy as np
 from glance._io import atomic_write_text
 
 TASKS = ("caption", "textvqa", "infovqa", "docvqa", "chartqa")
-ROWS, COLS, CELL = 4, 12, 8
+ROWS, COLS, CELL = 5, 16, 8
 FONT_SIZE = 8
 #: every character a page, prompt or answer may use
 ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789 .,:;!?'-=/"
+LETTERS = "abcdefghijklmnopqrstuvwxyz"
 
 WORDS = (
     "maple cedar river stone amber frost ember coral lotus pearl cloud delta "
@@ -44,25 +60,74 @@ WORDS = (
     "basil cocoa dune fern grove hazel iris jade kiwi lemon moss nova opal plum"
 ).split()
 ITEMS = ("figs", "pears", "limes", "plums", "dates", "kiwis", "yams", "beets")
-FIELDS = ("name", "city", "code", "date")  # equal length: the value sits at a fixed offset
+FIELDS = ("name", "city", "code", "date", "team")  # equal length: values line up
+
+#: The free letters' second-order table: after characters ``a, b`` the writer
+#: may use ``SUCCESSORS[ALPHABET.index(a), ALPHABET.index(b), :m]``. A fixed
+#: constant of the world (not of a task draw): the target learns it once.
+SUCCESSORS = np.stack(
+    [np.random.default_rng([12, i]).permutation(len(LETTERS)) for i in range(len(ALPHABET) ** 2)]
+).reshape(len(ALPHABET), len(ALPHABET), len(LETTERS))
+
+
+@dataclass(frozen=True)
+class Style:
+    """How a task writes one item: ``words`` free words of ``letters`` letters
+    after the grounded part, each letter one of ``m`` allowed ones."""
+
+    words: int
+    letters: int
+    m: int
+
+
+#: The calibration knobs, chosen so that the share of free letters and their
+#: entropy fall from caption to chartqa (see the module docstring).
+STYLES = {
+    "caption": Style(4, 3, 4),
+    "textvqa": Style(3, 3, 3),
+    "infovqa": Style(3, 3, 2),
+    "docvqa": Style(3, 3, 2),
+    "chartqa": Style(1, 3, 2),
+}
+STYLES["longform"] = STYLES["caption"]
 
 
 @dataclass(frozen=True)
 class Example:
-    """One task example: the page's lines, the prompt and the reference answer."""
+    """One task example: the page's lines, the prompt, and the answer.
+
+    ``parts`` is the answer's skeleton: strings are written as they are
+    (grounded or fixed text), and ``None`` marks one free word of ``style``.
+    ``answer`` is one draw of the free words; :meth:`sample_answer` draws more.
+    """
 
     task: str
     lines: tuple[str, ...]
     prompt: str
     answer: str
-    # Phrasings the answer may take, with their probabilities (training text).
-    variants: tuple[tuple[str, float], ...] = field(default=())
+    parts: tuple = ()
+    style: Style | None = None
 
     def sample_answer(self, rng: np.random.Generator) -> str:
-        if not self.variants:
-            return self.answer
-        texts, probs = zip(*self.variants, strict=True)
-        return texts[int(rng.choice(len(texts), p=np.array(probs) / sum(probs)))]
+        return write(self.parts, self.style, rng) if self.parts else self.answer
+
+
+def free_word(before: str, style: Style, rng: np.random.Generator) -> str:
+    """One free word: ``style.letters`` letters, each drawn uniformly from the
+    ``style.m`` letters the table allows after the two characters before it."""
+    text = before[-2:].rjust(2)
+    for _ in range(style.letters):
+        a, b = ALPHABET.index(text[-2]), ALPHABET.index(text[-1])
+        text += LETTERS[int(SUCCESSORS[a, b, int(rng.integers(style.m))])]
+    return text[2:]
+
+
+def write(parts, style: Style | None, rng: np.random.Generator) -> str:
+    """The answer text of a skeleton: fixed parts as they are, free words drawn."""
+    text = ""
+    for part in parts:
+        text += free_word(text, style, rng) if part is None else part
+    return text
 
 
 def _word(rng, exclude=()):
@@ -75,110 +140,77 @@ def _alnum(rng, n):
     return "".join(pool[int(i)] for i in rng.integers(len(pool), size=n))
 
 
-def _pick(rng, options):
-    return options[int(rng.integers(len(options)))]
+def _free(style: Style, sep: str = " ") -> list:
+    out = []
+    for _ in range(style.words):
+        out += [sep, None]
+    return out
 
 
-#: short words of the free-running caption tail, and each word's successors
-TAIL = (
-    "sun sky oak elm fog dew ice ash bay cap den fin gem hut ink jet "
-    "kit lid mud nap owl pen ray zen"
-).split()
-_SUCCESSORS = {
-    w: tuple(TAIL[(i * 7 + 3 * j + 1) % len(TAIL)] for j in range(8)) for i, w in enumerate(TAIL)
-}
+def _word_lines(rng):
+    return [f"{_word(rng)} {_word(rng)}"[:COLS] for _ in range(ROWS)]
 
 
-def _caption(rng):
-    n = int(rng.integers(2, ROWS + 1))
-    lines = [f"{_word(rng)} {_pick(rng, ITEMS)}"[:COLS] for _ in range(n)]
-    if rng.random() < 0.5:
-        lines[int(rng.integers(n))] = f"{_word(rng)} {int(rng.integers(10, 99))}"[:COLS]
-    adjectives = (
-        "plain",
-        "small",
-        "quiet",
-        "busy",
-        "neat",
-        "faded",
-        "crisp",
-        "short",
-        "light",
-        "dense",
-        "clean",
-        "odd",
-        "calm",
-        "bold",
-        "worn",
-        "pale",
-    )
-    nouns = ("page", "note", "card", "sheet", "memo", "slip")
-    count = ("two", "three", "four")[n - 2]
-    # The tail starts from a word keyed to the page's first letter (an image
-    # fact), then wanders: each next word is one of eight successors.
-    first = TAIL[ALPHABET.index(lines[0][0]) % len(TAIL)]
+def _caption(rng, repeats: int = 1, prompt: str = "describe the page."):
+    lines = _word_lines(rng)
+    style, parts = STYLES["caption"], []
+    for r in range(repeats):
+        for i, line in enumerate(lines):
+            word = line.split()[(r + i) % 2]
+            parts += [word, *_free(style), ", "]
+    parts[-1] = "."
+    return lines, prompt, parts
 
-    def phrase(r):
-        words = [_pick(r, _SUCCESSORS[first])]
-        for _ in range(5):
-            words.append(_pick(r, _SUCCESSORS[words[-1]]))
-        return f"a {_pick(r, adjectives)} {_pick(r, nouns)}: {' '.join(words)}, {count} lines."
 
-    answer = phrase(rng)
-    pool = [phrase(np.random.default_rng(int(rng.integers(2**31)))) for _ in range(64)]
-    return lines, "describe the page.", answer, tuple((p, 1.0) for p in pool)
+def _longform(rng):
+    return _caption(rng, repeats=5, prompt="describe the page at length.")
 
 
 def _textvqa(rng):
-    words = [_word(rng) for _ in range(ROWS)]
-    lines = [f"{i + 1} {w}" for i, w in enumerate(words)]
-    k = int(rng.integers(ROWS))
-    w = words[k]
-    replies = (
-        f"line {k + 1} says {w}.",
-        f"the word there is {w}, i think.",
-        f"it reads {w} on that line.",
-        f"{w} is written on line {k + 1}.",
-    )
-    return lines, f"what word is on line {k + 1}?", replies[0], tuple((r, 1.0) for r in replies)
+    lines = _word_lines(rng)
+    parts = ["the words: "]
+    for i, line in enumerate(lines):
+        parts += [line.split()[i % 2], *_free(STYLES["textvqa"]), "; "]
+    parts[-1] = "."
+    return lines, "read a word from each line.", parts
 
 
 def _infovqa(rng):
-    items = list(rng.choice(ITEMS, size=ROWS - 1, replace=False))
-    counts = [int(c) for c in rng.integers(2, 100, size=len(items))]
-    lines = ["inventory"] + [f"{it} {c}" for it, c in zip(items, counts, strict=True)]
-    k = int(rng.integers(len(items)))
-    it, c = items[k], counts[k]
-    templates = (
-        f"there are {c} {it} in the list.",
-        f"i count {c} {it} in the list.",
-        f"the list has {c} {it} in it.",
-    )
-    return lines, f"how many {it}?", templates[0], tuple((t, 1.0) for t in templates)
+    items = list(rng.choice(ITEMS, size=ROWS, replace=False))
+    counts = [int(c) for c in rng.integers(10, 100, size=ROWS)]
+    lines = [f"{it} {c}" for it, c in zip(items, counts, strict=True)]
+    parts = []
+    for line in lines:
+        parts += [line, *_free(STYLES["infovqa"]), "; "]
+    parts[-1] = "."
+    return lines, "count each item.", parts
 
 
 def _docvqa(rng):
-    values = [_alnum(rng, 7) for _ in FIELDS]
-    lines = [f"{f} {v}" for f, v in zip(FIELDS, values, strict=True)]
-    k = int(rng.integers(len(FIELDS)))
-    f, v = FIELDS[k], values[k]
-    main = f"the {f} field reads {v}, as printed."
-    rare = f"the {f} field shows {v}, as printed."
-    return lines, f"what is the {f}?", main, ((main, 0.9), (rare, 0.1))
+    lines = [f"{f} {_alnum(rng, 7)}" for f in FIELDS]
+    parts = []
+    for line in lines:
+        parts += [line, *_free(STYLES["docvqa"]), "; "]
+    parts[-1] = "."
+    return lines, "copy every field.", parts
 
 
 def _chartqa(rng):
-    values = [f"{int(x):02d}" for x in rng.integers(10, 100, size=8)]
-    lines = ["chart values", " ".join(values[:4]), " ".join(values[4:])]
-    answer = "the values are " + ",".join(values) + "."
-    return lines, "list the chart values.", answer, ()
+    values = [f"{int(x):02d}" for x in rng.integers(10, 100, size=4 * ROWS)]
+    lines = [" ".join(values[i : i + 4]) for i in range(0, len(values), 4)]
+    parts = []
+    for i in range(0, len(values), 2):
+        parts += [f"{values[i]} {values[i + 1]}", *_free(STYLES["chartqa"]), ", "]
+    parts[-1] = "."
+    return lines, "list the chart values.", parts
 
 
 def _transcribe(rng):
     """Training-only reading drill: copy the whole page, line by line."""
-    lines, _, _, _ = _MAKERS[TASKS[int(rng.integers(len(TASKS)))]](rng)
+    task = TASKS[int(rng.integers(len(TASKS)))]
+    lines, _, _ = _MAKERS[task](rng)
     lines = [line for line in lines if line]
-    return lines, "read the page.", "/".join(lines) + ".", ()
+    return lines, "read the page.", ["/".join(lines) + "."]
 
 
 _MAKERS = {
@@ -188,16 +220,23 @@ _MAKERS = {
     "docvqa": _docvqa,
     "chartqa": _chartqa,
 }
+#: the caption at length: the bench's length curve (never in the main table)
+LONG_TASK = "longform"
+_MAKERS[LONG_TASK] = _longform
 #: an auxiliary task the target trains on (dense reading signal), never evaluated
 AUX_TASK = "transcribe"
 _MAKERS[AUX_TASK] = _transcribe
+#: every task :func:`write_task` can write
+WRITABLE = (*TASKS, LONG_TASK)
 
 
 def make_example(task: str, rng: np.random.Generator) -> Example:
     """Draw one example of ``task`` from ``rng``."""
     if task not in _MAKERS:
-        raise ValueError(f"unknown task {task!r}; expected one of {TASKS} or {AUX_TASK!r}")
-    lines, prompt, answer, variants = _MAKERS[task](rng)
+        raise ValueError(f"unknown task {task!r}; expected one of {WRITABLE} or {AUX_TASK!r}")
+    lines, prompt, parts = _MAKERS[task](rng)
+    style = STYLES.get(task)
+    answer = write(parts, style, rng)
     if len(lines) > ROWS:
         raise AssertionError(f"{task}: {len(lines)} lines do not fit a page of {ROWS}")
     lines = tuple(lines) + ("",) * (ROWS - len(lines))
@@ -205,7 +244,7 @@ def make_example(task: str, rng: np.random.Generator) -> Example:
         bad = set(text) - set(ALPHABET)
         if bad or any(len(line) > COLS for line in lines):
             raise AssertionError(f"{task}: text outside the page or alphabet: {text!r}")
-    return Example(task, lines, prompt, answer, variants)
+    return Example(task, lines, prompt, answer, tuple(parts), style)
 
 
 @functools.cache
@@ -241,7 +280,9 @@ def write_task(task: str, n: int, data_dir, seed: int) -> Path:
     ``data_dir``), ``prompt`` and ``answer``, plus ``lines``, the page's text."""
     data_dir = Path(data_dir)
     (data_dir / task).mkdir(parents=True, exist_ok=True)
-    rng = np.random.default_rng([seed, TASKS.index(task)])
+    if task not in WRITABLE:
+        raise ValueError(f"write_task: unknown task {task!r}; expected one of {WRITABLE}")
+    rng = np.random.default_rng([seed, WRITABLE.index(task)])
     records = []
     for i in range(n):
         ex = make_example(task, rng)

@@ -24,6 +24,7 @@ from glance.toy.tasks import (
     AUX_TASK,
     CELL,
     COLS,
+    LONG_TASK,
     ROWS,
     TASKS,
     glyph,
@@ -141,7 +142,7 @@ def build_target(tokenizer, size: TargetSize = TargetSize(), seed: int = 0):
             num_attention_heads=size.heads,
             num_key_value_heads=size.heads,
             head_dim=head_dim,
-            max_position_embeddings=1024,
+            max_position_embeddings=2048,
             rope_parameters={
                 "rope_type": "default",
                 "rope_theta": 100.0,
@@ -205,24 +206,31 @@ class Encoder:
         self.image = tokenizer.convert_tokens_to_ids("<|image_pad|>")
         self._prompts: dict[str, list[int]] = {}
 
-    def prompt(self, prompt: str) -> list[int]:
-        if prompt not in self._prompts:
-            self._prompts[prompt] = self.tokenizer(prompt_text(prompt)).input_ids
-        return self._prompts[prompt]
+    def prompt(self, prompt: str, context: int = 0) -> list[int]:
+        """The chat-formatted prompt's ids, with ``context`` tokens of
+        :func:`glance.vl.filler` before the question (as the context runs put it)."""
+        key = (prompt, context)
+        if key not in self._prompts:
+            from glance.vl import filler
+
+            text = prompt_text(filler(context, self.tokenizer) + prompt)
+            self._prompts[key] = self.tokenizer(text).input_ids
+        return self._prompts[key]
 
     def answer(self, text: str) -> list[int]:
         return self.tokenizer.convert_tokens_to_ids(list(text)) + [self.end]
 
 
-def make_batch(encoder: Encoder, items, table: torch.Tensor) -> dict:
-    """Right-padded training batch from ``(Example, answer_text)`` pairs.
+def make_batch(encoder: Encoder, items, table: torch.Tensor, contexts=None) -> dict:
+    """Right-padded training batch from ``(Example, answer_text)`` pairs, each
+    prompt with ``contexts[i]`` filler tokens before the question (default none).
 
     ``loss_mask[b, t]`` marks positions whose *next* token is an answer token
     (the closing ``<|im_end|>`` included).
     """
     seqs, starts = [], []
-    for example, answer in items:
-        prompt = encoder.prompt(example.prompt)
+    for i, (example, answer) in enumerate(items):
+        prompt = encoder.prompt(example.prompt, contexts[i] if contexts else 0)
         seqs.append(prompt + encoder.answer(answer))
         starts.append(len(prompt))
     width = max(len(s) for s in seqs)
@@ -267,7 +275,14 @@ class TrainConfig:
     warmup: int = 100
     weight_decay: float = 0.01
     seed: int = 0
-    task_weights: tuple[float, ...] = (0.07, 0.1, 0.13, 0.2, 0.15, 0.35)
+    task_weights: tuple[float, ...] = (0.2, 0.15, 0.15, 0.15, 0.15, 0.2)
+    #: every ``long_every``-th step is a batch of ``long_batch`` long sequences:
+    #: half ``longform`` answers (about 600 tokens), half prompts with up to
+    #: ``context`` filler tokens, so long outputs and long prompts stay in
+    #: distribution (the bench's length curve and panel c)
+    long_every: int = 4
+    long_batch: int = 8
+    context: int = 512
 
 
 def train_target(
@@ -314,11 +329,19 @@ def train_target(
     start, losses = time.perf_counter(), []
     bar = tqdm(range(cfg.steps), desc="train target", disable=not progress)
     for step in bar:
-        items = []
-        for _ in range(cfg.batch):
-            ex = make_example(mix[int(rng.choice(len(mix), p=weights))], rng)
-            items.append((ex, ex.sample_answer(rng)))
-        loss, _ = answer_loss(model, make_batch(encoder, items, table))
+        items, contexts = [], None
+        if cfg.long_every and step % cfg.long_every == cfg.long_every - 1:
+            contexts = []
+            for b in range(cfg.long_batch):
+                long = b % 2 == 0
+                ex = make_example(LONG_TASK if long else TASKS[int(rng.integers(len(TASKS)))], rng)
+                items.append((ex, ex.sample_answer(rng)))
+                contexts.append(0 if long else int(rng.integers(cfg.context + 1)))
+        else:
+            for _ in range(cfg.batch):
+                ex = make_example(mix[int(rng.choice(len(mix), p=weights))], rng)
+                items.append((ex, ex.sample_answer(rng)))
+        loss, _ = answer_loss(model, make_batch(encoder, items, table, contexts))
         losses.append(optimizer_step(optim, model, loss, lr_at(step, cfg)))
         if step % 50 == 0:
             bar.set_postfix(loss=f"{np.mean(losses[-50:]):.3f}")
@@ -498,15 +521,29 @@ def evaluate_decoding(
     return out
 
 
-def toy_prompts(n: int, seed: int) -> list:
+def toy_prompts(n: int, seed: int, long_share: float = 0.0, context: int = 0) -> list:
     """``n`` fresh training conversations, a uniform mix of the tasks (never the
-    held-out files, which are drawn from other seeds)."""
+    held-out files, which are drawn from other seeds). A ``long_share`` of them
+    are ``longform`` prompts and as many again carry up to ``context`` filler
+    tokens before the question, so a head sees the long outputs and long
+    prompts the bench and panel (c) decode. Ordered short, then with context,
+    then longform, so batches of similar length decode together."""
+    from glance.vl import filler
+
+    tokenizer = build_tokenizer()
     rng = np.random.default_rng([seed, 99])
+    n_long = int(round(n * long_share))
+    n_ctx = n_long if context else 0
     out = []
-    for _ in range(n):
-        ex = make_example(TASKS[int(rng.integers(len(TASKS)))], rng)
-        image = render(ex.lines)
-        content = [{"type": "text", "text": ex.prompt}, {"type": "image", "image": image}]
+    for i in range(n):
+        kind = "long" if i >= n - n_long else "context" if i >= n - n_long - n_ctx else "short"
+        task = LONG_TASK if kind == "long" else TASKS[int(rng.integers(len(TASKS)))]
+        ex = make_example(task, rng)
+        preamble = filler(int(rng.integers(context + 1)), tokenizer) if kind == "context" else ""
+        content = [
+            {"type": "text", "text": preamble + ex.prompt},
+            {"type": "image", "image": render(ex.lines)},
+        ]
         out.append([{"role": "user", "content": content}])
     return out
 
@@ -522,12 +559,18 @@ def train_toy_head(
     steps: int = 2000,
     lr: float = 2e-3,
     seed: int = 0,
-    max_new_tokens: int = 96,
+    max_new_tokens: int = 704,
     mask_span: str = "fixed",
+    long_share: float = 0.05,
+    context: int = 512,
+    heldout: int = 64,
 ) -> dict:
     """Train a DFlash head for a saved toy target on the target's own answers
-    (``greedy`` greedy ones and ``sampled`` at temperature 1) and save it to
-    ``out_dir`` (built aside, then renamed into place). Returns the training log."""
+    (``greedy`` greedy ones and ``sampled`` at temperature 1; see
+    :func:`toy_prompts` for ``long_share`` and ``context``) and save it to
+    ``out_dir`` (built aside, then renamed into place). ``heldout`` more greedy
+    answers, from another seed, give the held-out loss curve. Returns the
+    training log."""
     from glance._io import replace_dir
     from glance.train import HeadConfig, regenerate, train_head
     from glance.vl import load_target
@@ -537,13 +580,28 @@ def train_toy_head(
     end = processor.tokenizer.convert_tokens_to_ids("<|im_end|>")
     start = time.perf_counter()
     sequences = regenerate(
-        target, processor, toy_prompts(greedy, seed), max_new_tokens, stop_token_id=end, seed=seed
+        target,
+        processor,
+        toy_prompts(greedy, seed, long_share, context),
+        max_new_tokens,
+        stop_token_id=end,
+        seed=seed,
     )
+    probe = []
+    if heldout:
+        probe = regenerate(
+            target,
+            processor,
+            toy_prompts(heldout, seed + 2),
+            max_new_tokens,
+            stop_token_id=end,
+            seed=seed + 2,
+        )
     if sampled:
         sequences += regenerate(
             target,
             processor,
-            toy_prompts(sampled, seed + 1),
+            toy_prompts(sampled, seed + 1, long_share, context),
             max_new_tokens,
             temperature=1.0,
             stop_token_id=end,
@@ -554,7 +612,7 @@ def train_toy_head(
     cfg = HeadConfig(
         block_size=block_size, layers=layers, steps=steps, seed=seed, lr=lr, mask_span=mask_span
     )
-    head, log = train_head(target, sequences, mask, cfg)
+    head, log = train_head(target, sequences, mask, cfg, heldout=probe)
     replace_dir(out_dir, head.save_pretrained)
     log.update(regenerate_seconds=regen_seconds, sequences=len(sequences))
     return log
