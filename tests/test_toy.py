@@ -106,6 +106,18 @@ def test_resampled_answers_keep_the_page_and_redraw_the_free_words():
         free_letters_follow_the_table(again)
 
 
+def test_score_answer_counts_copies_and_legal_free_letters():
+    ex = T.make_example("docvqa", np.random.default_rng(4))
+    style = T.STYLES["docvqa"]
+    perfect = T.score_answer(ex.parts, style, ex.answer)
+    fixed = sum(part is not None for part in ex.parts)  # fields, separators included
+    assert perfect["copied"] == perfect["grounded"] == fixed
+    assert perfect["allowed"] == perfect["free"] == 5 * style.words * style.letters
+    wrong = "x" + ex.answer[1:]  # breaks the first field's copy, nothing else
+    assert T.score_answer(ex.parts, style, wrong)["copied"] == fixed - 1
+    assert T.score_answer(ex.parts, style, "")["allowed"] == 0
+
+
 def test_bad_task_file_names_the_line(tmp_path):
     path = tmp_path / "bad.jsonl"
     path.write_text('{"image": "a.png", "prompt": "p"}\n{"prompt": "q"}\n')

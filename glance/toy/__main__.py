@@ -29,7 +29,9 @@ def cmd_tasks(args) -> dict:
 def cmd_target(args) -> dict:
     from glance.toy.world import TrainConfig, save_json, train_target
 
-    cfg = TrainConfig(steps=args.steps, batch=args.batch, lr=args.lr, seed=args.seed)
+    cfg = TrainConfig(
+        steps=args.steps, phases=args.phases, batch=args.batch, lr=args.lr, seed=args.seed
+    )
     log = train_target(args.out, cfg, init=args.init)
     save_json(Path(args.out) / "train_log.json", log)
     return log
@@ -98,7 +100,8 @@ def main(argv=None) -> None:
     p.add_argument("--seed", type=int, default=1)
     p = sub.add_parser("target", help="train and save the tiny Qwen3-VL target")
     p.add_argument("--out", type=Path, required=True)
-    p.add_argument("--steps", type=int, default=2000)
+    p.add_argument("--steps", type=int, default=3000)
+    p.add_argument("--phases", type=int, default=2, help="cosine cycles, seeds seed..")
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--seed", type=int, default=0)

@@ -13,20 +13,21 @@ where its greedy choice is a near-tie that a drafter has to guess; the copied
 parts are read off the page and are near-deterministic. The tasks differ in
 how much of an answer is free and in ``m``:
 
-=========  ===================================  ====  ===========  ==========
-task       one item                             free  letters (m)  free share
-=========  ===================================  ====  ===========  ==========
-caption    a word on line i, then 4 free words  4x3   4            about 0.52
-textvqa    a word on line i, then 3 free words  3x3   3            about 0.45
-infovqa    item and count, then 3 free words    3x3   2            about 0.41
-docvqa     field and value, then 2 free words   2x2   2            about 0.24
-chartqa    one chart value, then 1 free word    1x2   2            about 0.29
-=========  ===================================  ====  ===========  ==========
+=========  ====================================  =====  ===  ==========  =========
+task       one item                              free   m    free share  nats/char
+=========  ====================================  =====  ===  ==========  =========
+caption    a word on line i, then 4 free words   4 x 3  4    0.53        0.73
+textvqa    a word on line i, then 3 free words   3 x 3  3    0.43        0.47
+infovqa    item and count, then 3 free words     3 x 3  2    0.42        0.29
+docvqa     field and value, then 3 free words    3 x 3  2    0.35        0.24
+chartqa    two chart values, then 1 free word    1 x 3  2    0.28        0.19
+=========  ====================================  =====  ===  ==========  =========
 
 (free: words x letters per item; the share counts free letters over all
-characters.) Answers run 100 to 130 characters, far past a 16-token block.
-``longform`` (the caption at length, about 600 characters) serves the bench's
-length curve, and ``transcribe`` (copy the page) is a training-only drill.
+characters, and nats/char is the writer's entropy per character.) Answers
+run 100 to 130 characters, far past a 16-token block. ``longform`` (the
+caption at length, about 570 characters) serves the bench's length curve, and
+``transcribe`` (copy the page) is a training-only drill.
 
 :func:`make_example` draws one example; ``answer`` is one draw of the writer,
 and :meth:`Example.sample_answer` draws another phrasing of the same page (the
@@ -230,6 +231,28 @@ _MAKERS[AUX_TASK] = _transcribe
 WRITABLE = (*TASKS, LONG_TASK)
 
 
+def score_answer(parts, style: Style, text: str) -> dict:
+    """How well ``text`` follows an answer skeleton: of its grounded parts, how
+    many it reproduces exactly (``copied``), and of its free letters, how many
+    the table allows (``allowed``), each out of the skeleton's count."""
+    pos = copied = allowed = n_copy = n_free = 0
+    for part in parts:
+        if part is not None:
+            n_copy += 1
+            copied += text[pos : pos + len(part)] == part
+            pos += len(part)
+            continue
+        for _ in range(style.letters):
+            n_free += 1
+            ctx = text[max(0, pos - 2) : pos].rjust(2)
+            ch = text[pos : pos + 1]
+            if ch in LETTERS and all(c in ALPHABET for c in ctx):
+                row = SUCCESSORS[ALPHABET.index(ctx[0]), ALPHABET.index(ctx[1])]
+                allowed += LETTERS.index(ch) in row[: style.m]
+            pos += 1
+    return {"copied": copied, "grounded": n_copy, "allowed": allowed, "free": n_free}
+
+
 def make_example(task: str, rng: np.random.Generator) -> Example:
     """Draw one example of ``task`` from ``rng``."""
     if task not in _MAKERS:
@@ -291,7 +314,13 @@ def write_task(task: str, n: int, data_dir, seed: int) -> Path:
         render(ex.lines).save(tmp, format="PNG")
         os.replace(tmp, data_dir / rel)
         records.append(
-            {"image": rel, "prompt": ex.prompt, "answer": ex.answer, "lines": list(ex.lines)}
+            {
+                "image": rel,
+                "prompt": ex.prompt,
+                "answer": ex.answer,
+                "lines": list(ex.lines),
+                "parts": list(ex.parts),
+            }
         )
     out = data_dir / f"{task}.jsonl"
     atomic_write_text(out, "".join(json.dumps(r) + "\n" for r in records))
