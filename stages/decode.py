@@ -12,7 +12,10 @@ span) and, for each of ``decode.sampled``, ``ar@T`` and ``glance@T``, sampled
 at temperature ``T`` with seeds from ``seed`` and the prompt's index. A sampled
 row's outputs are compared with its own baseline's: with equal seeds the
 decoders draw the same text (``glance.sampling``), so ``matches_baseline``
-stays a check there too; with ``chain``, ``chain@T`` runs beside them.
+stays a check there too; with ``chain``, ``chain@T`` runs beside them. With
+``decode.auto_row``, ``glance_auto`` runs GLANCE with ``budget="auto"``, and
+``speed_over_chain`` gives each tree row's speed over the chain's with a
+paired bootstrap interval.
 Writes ``summary.json`` (per system: pooled tau, ms per token, tokens per
 second, the speedup over the baseline with its paired bootstrap interval, and
 how many outputs equal the baseline's; ``tau_by_temperature`` for GLANCE;
@@ -96,6 +99,20 @@ def tau_ratio(tree: list[dict], chain: list[dict], cfg) -> dict:
     return {"estimate": est.estimate, "low": est.low, "high": est.high}
 
 
+def speed_ratio(chain: list[dict], tree: list[dict], cfg) -> dict:
+    """The chain's time over a tree row's on the same prompts (above 1: the tree
+    is faster), with a paired bootstrap interval over prompts."""
+    from glance.metrics import paired_bootstrap
+
+    est = paired_bootstrap(
+        [r["ms"] for r in chain],
+        [r["ms"] for r in tree],
+        seed=int(cfg.seed),
+        n_resamples=int(cfg.decode.bootstrap),
+    )
+    return {"estimate": est.estimate, "low": est.low, "high": est.high}
+
+
 def regime(measured: dict, rounds: list[dict], block: int) -> dict:
     """Where the task sits: answer lengths against the block, the target's mean
     root entropy (GLANCE's rounds), the chain's per-offset acceptance
@@ -141,6 +158,8 @@ def main(cfg) -> None:
     systems = {"ar": (None, temperature, "ar"), "glance": ("ar", temperature, "glance")}
     if cfg.chain:
         systems["chain"] = ("ar", temperature, "chain")
+    if cfg.decode.auto_row and budget != "auto":
+        systems["glance_auto"] = ("ar", temperature, "auto")
     if extend and not int(cfg.extend_budget):  # otherwise the glance row already extends
         systems["glance_extend"] = ("ar", temperature, "extend")
     for t in (float(t) for t in cfg.decode.sampled):
@@ -166,7 +185,7 @@ def main(cfg) -> None:
                     target,
                     ids,
                     max_new,
-                    budget=budget,
+                    budget="auto" if kind == "auto" else budget,
                     branch_k=branch_k,
                     extend_budget=extend if kind == "extend" else int(cfg.extend_budget),
                     **kw_t,
@@ -227,6 +246,11 @@ def main(cfg) -> None:
         summary["tree_over_chain"] = ratios[f"{temperature:g}"]["estimate"]
         summary["tree_over_chain_interval"] = ratios[f"{temperature:g}"]
         summary["tree_over_chain_by_temperature"] = ratios
+        summary["speed_over_chain"] = {
+            name: speed_ratio(measured["chain"], measured[name], cfg)
+            for name in ("glance", "glance_auto")
+            if name in measured
+        }
     from glance._io import atomic_write_text
 
     atomic_write_text(out_dir / "rounds.jsonl", "".join(json.dumps(r) + "\n" for r in rounds))

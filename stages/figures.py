@@ -45,16 +45,21 @@ def _num(x) -> str:
 
 
 def main_table(summaries: dict) -> tuple[dict, str]:
+    """Per task: the baseline's ms per token, then tau and speedup over it for
+    the chain, GLANCE and GLANCE with ``budget="auto"``, and auto's speed over
+    the chain's with its paired interval; geometric means across tasks."""
     from glance.metrics import geometric_mean
 
-    rows, speedups = {}, {"chain": [], "glance": []}
+    systems = ("chain", "glance", "glance_auto")
+    rows, speedups = {}, {k: [] for k in systems}
     for task, s in summaries.items():
         row = {"ar": {"tau": 1.0, "ms_per_token": s["systems"]["ar"]["ms_per_token"]}}
-        for system in ("chain", "glance"):
+        for system in systems:
             if system in s["systems"]:
                 x = s["systems"][system]
                 row[system] = {"tau": x["tau"], "speedup": x["speedup"]}
                 speedups[system].append(x["speedup"]["estimate"])
+        row["speed_over_chain"] = s.get("speed_over_chain", {})
         rows[task] = row
     geo = {k: geometric_mean(v) for k, v in speedups.items() if v}
     table = {"tasks": rows, "geometric_mean_speedup": geo}
@@ -67,22 +72,22 @@ def main_table(summaries: dict) -> tuple[dict, str]:
             f"{row[system]['tau']:.2f} | {sp['estimate']:.2f}x [{sp['low']:.2f}, {sp['high']:.2f}]"
         )
 
+    def over_chain(row):
+        r = row["speed_over_chain"].get("glance_auto")
+        return f"{r['estimate']:.2f}x [{r['low']:.2f}, {r['high']:.2f}]" if r else "n/a"
+
     lines = [
-        "| task | AR ms/token | chain tau | chain speedup | GLANCE tau | GLANCE speedup |",
-        "|---|---|---|---|---|---|",
+        "| task | AR ms/token | chain tau | chain speedup | GLANCE tau | GLANCE speedup | "
+        "auto tau | auto speedup | auto over chain |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for task, row in rows.items():
         lines.append(
             f"| {task} | {row['ar']['ms_per_token']:.2f} | {cell(row, 'chain')} | "
-            f"{cell(row, 'glance')} |"
+            f"{cell(row, 'glance')} | {cell(row, 'glance_auto')} | {over_chain(row)} |"
         )
-    lines.append(
-        "| geometric mean | | | "
-        + (f"{geo['chain']:.2f}x" if "chain" in geo else "n/a")
-        + " | | "
-        + (f"{geo['glance']:.2f}x" if "glance" in geo else "n/a")
-        + " |"
-    )
+    means = " | | ".join(f"{geo[k]:.2f}x" if k in geo else "n/a" for k in systems)
+    lines.append(f"| geometric mean | | | {means} | |")
     return table, "\n".join(lines) + "\n"
 
 

@@ -149,6 +149,41 @@ def test_oracle_chain_stops_at_the_first_wrong_offset(world):
     assert all(r.accepted == 2 for r in stats.rounds[:-1])
 
 
+@pytest.mark.parametrize("n_new", [N_NEW, 19])
+def test_effective_cap_is_the_block_or_what_is_left(world, n_new):
+    # An oracle head accepts every offset, so each round runs into its cap:
+    # the block's last offset, or the tokens left before max_new_tokens or the
+    # stop token. Every round is then censored, none a rejection.
+    block = 8
+    prompt = world.input_ids[0].tolist()
+    reference = prompt + new_tokens(world.reference, world)
+    stop = a_stop(world)
+    head = tiny.OracleHead(world.target, reference, block_size=block)
+    for stops in ((), (stop,)):
+        out, stats = glance.generate(
+            head,
+            world.target,
+            world.input_ids,
+            n_new,
+            positions=world.positions,
+            stop_token_ids=list(stops),
+            return_stats=True,
+        )
+        produced = 1
+        for r in stats.rounds:
+            left = len(new_tokens(out, world)) - produced
+            assert r.cap == min(block - 1, left), (r, left)
+            assert min(r.accepted, r.cap) == r.cap  # censored
+            produced += r.committed
+        assert produced == len(new_tokens(out, world))
+    # A chain that misses offset 3 every round: rejections, not censored rounds.
+    head = tiny.OracleHead(world.target, reference, block_size=block, corrupt=(3,))
+    _, stats = glance.chain_generate(
+        head, world.target, world.input_ids, N_NEW, positions=world.positions, return_stats=True
+    )
+    assert all(r.accepted == 2 < r.cap for r in stats.rounds[:-1])
+
+
 def test_stats_are_consistent(world):
     out, stats = glance.generate(
         world.head,

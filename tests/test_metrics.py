@@ -80,3 +80,40 @@ def test_paired_bootstrap_rejects_bad_input():
         paired_bootstrap([1.0, math.nan], [1.0, 1.0], seed=0)
     with pytest.raises(ValueError, match="confidence"):
         paired_bootstrap([1.0, 2.0], [1.0, 1.0], seed=0, confidence=1.5)
+
+
+def test_paired_tau_ratio_is_the_ratio_of_pooled_taus_with_an_interval():
+    from glance.metrics import paired_tau_ratio, pooled_tau
+
+    rng = np.random.default_rng(0)
+    committed = rng.integers(80, 140, size=20)
+    tree_rounds = rng.integers(15, 30, size=20)
+    chain_rounds = tree_rounds + rng.integers(5, 15, size=20)
+    est = paired_tau_ratio(committed, tree_rounds, committed, chain_rounds, seed=1, n_resamples=500)
+    want = pooled_tau(committed, tree_rounds) / pooled_tau(committed, chain_rounds)
+    assert est.estimate == pytest.approx(want)
+    assert est.low < est.estimate < est.high and est.low > 1
+    with pytest.raises(ValueError, match="paired"):
+        paired_tau_ratio(committed, tree_rounds, committed[:5], chain_rounds, seed=1)
+
+
+def test_offset_acceptance_conditions_on_reaching_the_offset():
+    from glance.metrics import offset_acceptance
+
+    # rounds: accepted 0 (cap 15), 2 (cap 15), 3 (cap 3: censored), 5 (cap 15)
+    acc = offset_acceptance([0, 2, 3, 5], [15, 15, 3, 15], 6)
+    assert acc[0] == pytest.approx(3 / 4)  # offset 1: all reached, 3 accepted
+    assert acc[2] == pytest.approx(2 / 3)  # offset 3: reached by 2, 3, 5; 2 is rejected there
+    assert acc[3] == pytest.approx(1.0)  # offset 4: the capped round never reached it
+    assert acc[5] == 0.0  # offset 6: the accepted-5 round reached it and was rejected
+    assert offset_acceptance([0], [15], 3)[1:] == [None, None]  # never reached
+
+
+def test_tau_ceiling_is_what_the_lengths_allow():
+    from glance.metrics import tau_ceiling
+
+    # 33 new tokens: 1 from the prefill, 32 in two full rounds of 16
+    assert tau_ceiling([33], 16) == pytest.approx(16.0)
+    # 18 new tokens: 17 in at least two rounds
+    assert tau_ceiling([18], 16) == pytest.approx(8.5)
+    assert tau_ceiling([33, 18], 16) == pytest.approx((32 + 17) / 4)

@@ -19,15 +19,16 @@ from stages.params import compose_params  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 TASKS = ["caption", "textvqa", "infovqa", "docvqa", "chartqa"]
 
-# Small enough for two CPU cores: a barely trained target and head, two
+# Small enough for two CPU cores: the shipped target, a barely trained head, two
 # measured prompts per task, two budgets and two context lengths.
 TINY = [
     "prepare.n=3",
-    "target.train.steps=3",
     "target.heldout=1",
     "head.train.greedy=4",
     "head.train.sampled=2",
     "head.train.steps=3",
+    "head.train.heldout=2",
+    "head.train.max_new_tokens=24",
     "decode.n=2",
     "decode.max_new_tokens=10",
     "decode.bootstrap=200",
@@ -208,7 +209,9 @@ def test_repro_decode_summaries(repro):
             "glance@1",
             "chain@0.7",
             "chain@1",
+            "glance_auto",
         }
+        assert set(s["speed_over_chain"]) == {"glance", "glance_auto"}
         reg = s["regime"]
         assert len(reg["chain_offset_acceptance"]) == s["cap"]
         assert reg["new_tokens_per_answer"] <= 10 and 1 <= reg["tau_ceiling"] <= s["cap"] + 1
@@ -216,7 +219,7 @@ def test_repro_decode_summaries(repro):
         r = s["tree_over_chain_interval"]
         assert r["low"] <= r["estimate"] <= r["high"]
         assert s["extend_row"] == 63 and set(s["tau_by_temperature"]) == {"0", "0.7", "1"}
-        for system in ("glance", "chain", "glance_extend", "glance@0.7", "glance@1"):
+        for system in ("glance", "chain", "glance_extend", "glance_auto", "glance@0.7", "chain@1"):
             x = s["systems"][system]
             # greedy rows equal greedy; sampled rows equal their seeded baseline
             assert x["matches_baseline"] == 2, f"{system} differed from its baseline"
