@@ -132,6 +132,30 @@ def regime_table(summaries: dict) -> tuple[dict, str]:
     return {"tasks": rows}, "\n".join(lines) + "\n"
 
 
+def seeds_table(draws: dict) -> tuple[dict, str]:
+    """The regime rows of each task-set draw side by side: answer length, root
+    entropy, chain and GLANCE tau, and the tree/chain ratio with its interval."""
+    lines = [
+        "| draw | task | new tokens / answer | root entropy | chain tau | GLANCE tau | "
+        "tree / chain [95%] |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for draw, rows in draws.items():
+        for task, r in rows.items():
+            ratio = r["tree_over_chain"]
+            ratio_txt = (
+                f"{ratio['estimate']:.2f} [{ratio['low']:.2f}, {ratio['high']:.2f}]"
+                if ratio
+                else "n/a"
+            )
+            lines.append(
+                f"| {draw} | {task} | {_num(r['new_tokens_per_answer'])} | "
+                f"{r['root_entropy']:.3f} | {_num(r['chain_tau'])} | {_num(r['glance_tau'])} | "
+                f"{ratio_txt} |"
+            )
+    return {"draws": draws}, "\n".join(lines) + "\n"
+
+
 def sampling_table(summaries: dict) -> tuple[dict, str]:
     """Per task, GLANCE's tau at each temperature run, and with ``extend_budget``
     against without (both at the decode temperature), with the speedups."""
@@ -374,6 +398,19 @@ def main(cfg) -> None:
     regime, regime_md = regime_table(summaries)
     write_json(results / "regime_table.json", regime)
     atomic_write_text(results / "regime_table.md", regime_md)
+    draws = {"main": regime["tasks"]}
+    for seed in cfg.seed_check.seeds:
+        others = {
+            t: read_json(
+                results / "seeds" / f"seed-{seed}" / t / "summary.json",
+                "run the seed_decode stage first",
+            )
+            for t in cfg.tasks
+        }
+        draws[f"seed {seed}"] = regime_table(others)[0]["tasks"]
+    seeds, seeds_md = seeds_table(draws)
+    write_json(results / "seeds_table.json", seeds)
+    atomic_write_text(results / "seeds_table.md", seeds_md)
     log.info("regime:\n%s", regime_md)
     sampled, sampled_md = sampling_table(summaries)
     write_json(results / "sampling_table.json", sampled)

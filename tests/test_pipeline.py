@@ -36,6 +36,7 @@ TINY = [
     "sweep.n=2",
     "context_sweep.lengths=[0,16]",
     "context_sweep.n=2",
+    "seed_check.n=2",
     "audit.n=1",
     "bench.tasks=[docvqa,chartqa]",
     "bench.n=2",
@@ -191,7 +192,12 @@ def test_repro_writes_every_declared_output(repro):
     for png in ("law", "tree_vs_chain", "context", "budget", "verify_cost", "length", "host_share"):
         data = (repro / "figures" / f"{png}.png").read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
-    assert len(stages) == 10
+    assert len(stages) == 12
+    assert {"seed_data@2"} <= set(lock) and any(k.startswith("seed_decode@") for k in lock)
+    seeds = json.loads((repro / "results" / "seeds_table.json").read_text())
+    assert set(seeds["draws"]) == {"main", "seed 2"}
+    for rows in seeds["draws"].values():
+        assert set(rows) == set(TASKS)
 
 
 def test_repro_decode_summaries(repro):
