@@ -1,9 +1,13 @@
-"""Write the README's speed table from ``results/bench.json``.
+"""Write the README's generated tables from the pipeline's results.
 
     python -m stages.readme
 
-The table sits between the ``<!-- bench:start -->`` and ``<!-- bench:end -->``
-markers; a test checks that it matches the committed ``results/bench.json``.
+Each table sits between ``<!-- NAME:start -->`` and ``<!-- NAME:end -->``
+markers: ``bench`` (the speed table, from ``results/bench.json``), ``regime``
+(where the toy world sits, ``results/regime_table.md``), ``seeds`` (other task
+draws, ``results/seeds_table.md``), ``main`` (``results/main_table.md``) and
+``law`` (``results/law.json``). A test checks that the README matches the
+committed results.
 """
 
 from __future__ import annotations
@@ -12,7 +16,6 @@ import json
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-START, END = "<!-- bench:start -->", "<!-- bench:end -->"
 
 
 def speed_table(bench: dict) -> str:
@@ -28,21 +31,57 @@ def speed_table(bench: dict) -> str:
     return head + markdown(bench)
 
 
-def render(readme: str, bench: dict) -> str:
-    if START not in readme or END not in readme:
-        raise ValueError(f"README.md: the markers {START} and {END} are missing")
-    before, rest = readme.split(START, 1)
-    _, after = rest.split(END, 1)
-    return f"{before}{START}\n{speed_table(bench)}{END}{after}"
+def law_table(law: dict) -> str:
+    """The law's fit per task and pooled, with ``holds()`` and its conditions."""
+    lines = [
+        "| fit | rounds (censored) | b0 | b1 | Spearman rho | R² round / ceiling | holds() |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, fit in [*law["tasks"].items(), ("pooled", law["pooled"])]:
+        if "error" in fit:
+            lines.append(f"| {name} | {fit['n']} | | | | | not fitted: {fit['error']} |")
+            continue
+        failed = [k for k, ok in fit["conditions"].items() if not ok]
+        verdict = "yes" if fit["holds"] else "no (" + ", ".join(failed) + ")"
+        r2 = f"{fit['r2_round']:.3f} / {fit['r2_ceiling']:.3f}"
+        lines.append(
+            f"| {name} | {fit['n']} ({fit['n_censored']}) | {fit['b0']:.2f} | {fit['b1']:.2f} | "
+            f"{fit['spearman_rho']:.2f} | {r2} | {verdict} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def blocks(results: Path) -> dict[str, str]:
+    """Each marked block's text, from the files in ``results``."""
+    read = lambda name: (results / name).read_text(encoding="utf-8")  # noqa: E731
+    return {
+        "bench": speed_table(json.loads(read("bench.json"))),
+        "regime": read("regime_table.md"),
+        "seeds": read("seeds_table.md"),
+        "main": read("main_table.md"),
+        "law": law_table(json.loads(read("law.json"))),
+    }
+
+
+def render(readme: str, texts: dict[str, str]) -> str:
+    """``readme`` with each ``<!-- NAME:start -->`` ... ``<!-- NAME:end -->`` block
+    replaced by ``texts[NAME]``; a missing marker raises ``ValueError``."""
+    for name, text in texts.items():
+        start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
+        if start not in readme or end not in readme:
+            raise ValueError(f"README.md: the markers {start} and {end} are missing")
+        before, rest = readme.split(start, 1)
+        _, after = rest.split(end, 1)
+        readme = f"{before}{start}\n{text}{end}{after}"
+    return readme
 
 
 def main() -> None:
     from glance._io import atomic_write_text
 
-    bench = json.loads((ROOT / "results" / "bench.json").read_text(encoding="utf-8"))
     path = ROOT / "README.md"
-    atomic_write_text(path, render(path.read_text(encoding="utf-8"), bench))
-    print(f"wrote the speed table into {path}")
+    atomic_write_text(path, render(path.read_text(encoding="utf-8"), blocks(ROOT / "results")))
+    print(f"wrote the generated tables into {path}")
 
 
 if __name__ == "__main__":

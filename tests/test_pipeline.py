@@ -379,9 +379,12 @@ def test_repro_bench_rows_agree_and_cost_curves(repro):
         assert 0 < r["host_share"] < 1 and r["tree_size"] <= r["budget"]
 
 
-def test_readme_speed_table_is_generated_from_results_bench_json():
-    from stages.readme import render
+def test_readme_tables_are_generated_from_results():
+    from stages.readme import blocks, render
 
     readme = (ROOT / "README.md").read_text()
-    bench = json.loads((ROOT / "results" / "bench.json").read_text())
-    assert render(readme, bench) == readme, "README speed table is stale: python -m stages.readme"
+    texts = blocks(ROOT / "results")
+    assert set(texts) == {"bench", "regime", "seeds", "main", "law"}
+    assert render(readme, texts) == readme, "README tables are stale: python -m stages.readme"
+    with pytest.raises(ValueError, match="markers"):
+        render("no markers here", texts)
