@@ -131,6 +131,7 @@ def test_target_ships_checked_and_retrains_only_when_asked(tmp_path):
         "stages.target",
         "target.retrain=true",
         "target.train.steps=2",
+        "target.train.phases=1",
         "target.train.batch=2",
         "target.size.hidden=32",
         "target.size.layers=1",
@@ -299,7 +300,8 @@ def test_results_notebook_runs_on_the_outputs(repro, monkeypatch):
     for cell in nb["cells"]:
         if cell["cell_type"] == "code":
             exec(compile("".join(cell["source"]), "results.ipynb", "exec"), scope)
-    assert len(scope["main"]) == 2 * len(TASKS)
+    assert len(scope["main"]) == 3 * len(TASKS)  # chain, GLANCE, GLANCE auto
+    assert set(scope["regime"]["tasks"]) == set(TASKS)
     assert set(scope["fits"]) == {*TASKS, "pooled"}
     assert scope["audit"]["mismatch"] == 0
 
@@ -341,7 +343,7 @@ def test_a_sweep_covers_temperature_and_extend_budget(repro):
     run draws the same text as its seeded baseline, and the extension widens
     the tree within its budget."""
     sweep = ["temperature=0,0.7", "extend_budget=0,5", "n=2", "chain=false"]
-    quiet = ["decode.sampled=[]", "decode.extend_row=0"]
+    quiet = ["decode.sampled=[]", "decode.extend_row=0", "decode.auto_row=false"]
     run("-m", "stages.decode", "--config-name", "from_params", "-m",
         "+task=docvqa", *sweep, *quiet, cwd=repro)  # fmt: skip
     found = {}
