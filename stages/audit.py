@@ -20,6 +20,7 @@ from omegaconf import open_dict
 
 from stages.common import (
     app,
+    decode_settings,
     extend_row,
     load_head,
     load_target,
@@ -44,6 +45,7 @@ def main(cfg) -> None:
     import glance
 
     setup(cfg)
+    settings = decode_settings(cfg)  # before any model loads
     with open_dict(cfg):
         cfg.dtype = "float32"  # the audit's contract: bitwise at fp32, whatever decode used
     target, processor = load_target(cfg)
@@ -65,7 +67,7 @@ def main(cfg) -> None:
 
             greedy = new(glance.greedy_generate(target, ids, max_new, **kw))
             control = new(glance.greedy_generate(target, ids, max_new, **kw))
-            tree = dict(budget=int(cfg.budget), branch_k=int(cfg.branch_k), **kw)
+            tree = dict(budget=settings["budget"], branch_k=settings["branch_k"], **kw)
             others = {
                 "glance": new(glance.generate(head, target, ids, max_new, **tree)),
                 "chain": new(glance.chain_generate(head, target, ids, max_new, **kw)),
@@ -88,8 +90,8 @@ def main(cfg) -> None:
         tasks[name] = rows
     summary = {
         "dtype": "float32",
-        "budget": int(cfg.budget),
-        "branch_k": int(cfg.branch_k),
+        "budget": settings["budget"],
+        "branch_k": settings["branch_k"],
         "extend_budget": extend,
         "prompts": len(prompts),
         "equal": prompts.count("equal"),

@@ -34,6 +34,7 @@ import numpy as np
 
 from stages.common import (
     app,
+    decode_settings,
     extend_row,
     load_head,
     load_target,
@@ -191,7 +192,7 @@ def run_row(row, cfg, target, head, processor, ids, positions, max_new, stops) -
             elif row == "glance_chain":
                 out, stats = glance.chain_generate(head, target, ids, max_new, **kw)
             else:
-                budget = "auto" if row == "glance_auto" else int(cfg.budget)
+                budget = "auto" if row == "glance_auto" else decode_settings(cfg)["budget"]
                 out, stats = glance.generate(
                     head,
                     target,
@@ -272,7 +273,7 @@ def length_curve(cfg, target, head, processor) -> dict:
                         target,
                         ids,
                         int(length),
-                        budget=int(cfg.budget),
+                        budget=decode_settings(cfg)["budget"],
                         branch_k=int(cfg.branch_k),
                         positions=positions,
                         return_stats=True,
@@ -362,6 +363,7 @@ def main(cfg) -> None:
     from glance._io import atomic_write_text
 
     setup(cfg)
+    decode_settings(cfg)  # bad settings fail before any model loads
     target, processor = load_target(cfg)
     head = load_head(cfg, target)
     stops = stop_ids(processor, target)
@@ -370,7 +372,7 @@ def main(cfg) -> None:
         "target": cfg.target.name,
         "device": str(target.device),
         "dtype": str(cfg.dtype),
-        "budget": int(cfg.budget),
+        "budget": decode_settings(cfg)["budget"],
         "branch_k": int(cfg.branch_k),
         "extend_budget": int(cfg.decode.extend_row) if "glance_extend" in rows else 0,
         "n": int(cfg.bench.n),

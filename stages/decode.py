@@ -35,6 +35,7 @@ from pathlib import Path
 
 from stages.common import (
     app,
+    decode_settings,
     extend_row,
     filler,
     load_head,
@@ -144,23 +145,24 @@ def main(cfg) -> None:
 
     setup(cfg)
     task = task_config(cfg)
+    run = decode_settings(cfg, task)  # before any model loads
     out_dir = output_dir(cfg, task)
+    records = task_records(cfg, task, run["n"] + 1)
     target, processor = load_target(cfg)
     head = load_head(cfg, target)
-    records = task_records(cfg, task, int(cfg.n) + 1)
-    max_new = int(cfg.max_new_tokens or task.max_new_tokens)
+    max_new = run["max_new_tokens"]
     tokenizer = getattr(processor, "tokenizer", processor)
-    preamble = filler(int(cfg.context), tokenizer)
+    preamble = filler(run["context"], tokenizer)
     stops = stop_ids(processor, target)
-    temperature, extend = float(cfg.temperature), extend_row(cfg, head)
-    budget, branch_k = (cfg.budget if cfg.budget == "auto" else int(cfg.budget)), int(cfg.branch_k)
+    temperature, extend = run["temperature"], extend_row(cfg, head)
+    budget, branch_k = run["budget"], run["branch_k"]
     # name -> (baseline, temperature, how to run it); "ar" is the main baseline
     systems = {"ar": (None, temperature, "ar"), "glance": ("ar", temperature, "glance")}
     if cfg.chain:
         systems["chain"] = ("ar", temperature, "chain")
     if cfg.decode.auto_row and budget != "auto":
         systems["glance_auto"] = ("ar", temperature, "auto")
-    if extend and not int(cfg.extend_budget):  # otherwise the glance row already extends
+    if extend and not run["extend_budget"]:  # otherwise the glance row already extends
         systems["glance_extend"] = ("ar", temperature, "extend")
     for t in (float(t) for t in cfg.decode.sampled):
         if f"{t:g}" != f"{temperature:g}":
@@ -172,7 +174,9 @@ def main(cfg) -> None:
     rounds = []
     for i, record in enumerate(tqdm(records, desc=f"decode {task.name}", unit="prompt")):
         ids, positions = prompt_inputs(processor, record, cfg.paths.data, preamble)
-        kw = dict(positions=positions, stop_token_ids=stops, timing=cfg.timing, return_stats=True)
+        kw = dict(
+            positions=positions, stop_token_ids=stops, timing=run["timing"], return_stats=True
+        )
         for system, (_, t, kind) in systems.items():
             kw_t = {**kw, **sampling_kwargs(cfg, t, i)}
             if kind == "ar":
@@ -187,7 +191,7 @@ def main(cfg) -> None:
                     max_new,
                     budget="auto" if kind == "auto" else budget,
                     branch_k=branch_k,
-                    extend_budget=extend if kind == "extend" else int(cfg.extend_budget),
+                    extend_budget=extend if kind == "extend" else run["extend_budget"],
                     **kw_t,
                 )
             speculative = kind != "ar"
@@ -207,16 +211,16 @@ def main(cfg) -> None:
         "task": task.name,
         "target": cfg.target.name,
         "head": cfg.head.name,
-        "n": int(cfg.n),
+        "n": run["n"],
         "budget": budget,
         "branch_k": branch_k,
         "temperature": temperature,
         "top_p": float(cfg.decode.top_p),
         "top_k": int(cfg.decode.top_k),
-        "extend_budget": int(cfg.extend_budget),
+        "extend_budget": run["extend_budget"],
         "extend_row": extend if "glance_extend" in systems else 0,
-        "timing": str(cfg.timing),
-        "context": int(cfg.context),
+        "timing": run["timing"],
+        "context": run["context"],
         "max_new_tokens": max_new,
         "dtype": str(cfg.dtype),
         "device": str(cfg.device),

@@ -15,6 +15,9 @@ from stages.common import app, log, setup, write_json
 
 
 def copy_folder(source: Path, tasks, fill: Path) -> dict:
+    """Check and copy ``<task>.jsonl`` and their images from ``source`` into
+    ``fill``; an image path that leaves its folder is refused with file:line."""
+    from glance._io import inside
     from glance.toy.tasks import read_task
 
     counts = {}
@@ -24,11 +27,12 @@ def copy_folder(source: Path, tasks, fill: Path) -> dict:
             raise FileNotFoundError(f"{path}: missing task file (prepare.source={source})")
         records = read_task(path)
         for number, r in enumerate(records, 1):
-            image = source / r["image"]
+            image = inside(source, r["image"], f"{path}:{number}: image")
             if not image.is_file():
                 raise FileNotFoundError(f"{path}:{number}: image {r['image']} not found")
-            (fill / r["image"]).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(image, fill / r["image"])
+            target = inside(fill, r["image"], f"{path}:{number}: image")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(image, target)
         shutil.copy2(path, fill / path.name)
         counts[task] = len(records)
     return counts

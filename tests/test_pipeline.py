@@ -145,6 +145,56 @@ def test_target_ships_checked_and_retrains_only_when_asked(tmp_path):
     assert info["hidden_size"] == 32 and (out / "model.safetensors").is_file()
 
 
+@pytest.mark.parametrize("image", ["../../README.md", "../outside.png", "/etc/passwd"])
+def test_prepare_never_reads_or_writes_outside_its_folders(tmp_path, image):
+    source = tmp_path / "deep" / "src"
+    source.mkdir(parents=True)
+    (tmp_path / "outside.png").write_bytes(b"png")
+    (tmp_path / "README.md").write_text("keep me")
+    for t in TASKS:
+        (source / f"{t}.jsonl").write_text('{"image": "a.png", "prompt": "q"}\n')
+    (source / "a.png").write_bytes(b"png")
+    (source / "docvqa.jsonl").write_text(json.dumps({"image": image, "prompt": "q"}) + "\n")
+    out = tmp_path / "deep" / "data"
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    proc = run("-m", "stages.prepare", f"prepare.source={source}", f"paths.data={out}", check=False)
+    assert proc.returncode != 0
+    assert "docvqa.jsonl:1: image" in proc.stderr and image in proc.stderr
+    assert not out.exists(), "a failed prepare left a half-written data folder"
+    after = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    assert after == before  # nothing written, nothing changed, inside or out
+
+
+@pytest.mark.parametrize(
+    ("override", "key"),
+    [
+        ("budget=1.5", "budget"),
+        ("budget=abc", "budget"),
+        ("budget=1000000", "budget"),
+        ("max_new_tokens=0", "max_new_tokens"),
+        ("context=-5", "context"),
+        ("n=0", "n"),
+        ("timing=fast", "timing"),
+        ("temperature=-1", "temperature"),
+    ],
+)
+def test_decode_refuses_bad_settings_before_loading_anything(tmp_path, override, key):
+    # paths.target points nowhere: reaching the model loader would fail differently
+    proc = run(
+        "-m",
+        "stages.decode",
+        "+task=docvqa",
+        override,
+        f"paths.target={tmp_path / 'none'}",
+        f"paths.data={tmp_path / 'none'}",
+        check=False,
+    )
+    assert proc.returncode != 0
+    message = proc.stderr.strip().splitlines()[-1]
+    assert message.startswith(f"{key}: expected"), proc.stderr[-2000:]
+    assert override.split("=", 1)[1] in message
+
+
 def test_prepare_rejects_a_bad_task_folder(tmp_path):
     source = tmp_path / "src"
     source.mkdir()
@@ -390,3 +440,16 @@ def test_readme_tables_are_generated_from_results():
     assert render(readme, texts) == readme, "README tables are stale: python -m stages.readme"
     with pytest.raises(ValueError, match="markers"):
         render("no markers here", texts)
+
+
+def test_budget_auto_runs_through_decode_audit_and_bench(repro):
+    out = repro / "results" / "auto"
+    common = ["--config-name", "from_params", "budget=auto", "threads=1"]
+    run("-m", "stages.decode", *common, "+task=docvqa", f"out_dir={out / 'decode'}", cwd=repro)
+    assert json.loads((out / "decode" / "summary.json").read_text())["budget"] == "auto"
+    run("-m", "stages.audit", *common, "audit.n=1", "tasks=[docvqa]", cwd=repro)
+    audit = json.loads((repro / "results" / "audit.json").read_text())
+    assert audit["budget"] == "auto" and audit["mismatch"] == 0
+    run("-m", "stages.bench", *common, "bench.tasks=[docvqa]", "bench.n=1", cwd=repro)
+    bench = json.loads((repro / "results" / "bench.json").read_text())
+    assert bench["budget"] == "auto"
