@@ -450,6 +450,6 @@ def test_budget_auto_runs_through_decode_audit_and_bench(repro):
     run("-m", "stages.audit", *common, "audit.n=1", "tasks=[docvqa]", cwd=repro)
     audit = json.loads((repro / "results" / "audit.json").read_text())
     assert audit["budget"] == "auto" and audit["mismatch"] == 0
-    run("-m", "stages.bench", *common, "bench.tasks=[docvqa]", "bench.n=1", cwd=repro)
+    run("-m", "stages.bench", *common, "bench.tasks=[docvqa]", "bench.n=2", cwd=repro)
     bench = json.loads((repro / "results" / "bench.json").read_text())
     assert bench["budget"] == "auto"
