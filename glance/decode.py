@@ -134,6 +134,14 @@ class _Entropies:
 
 
 def _check_request(target, input_ids, max_new_tokens, positions, timing):
+    if not isinstance(input_ids, torch.Tensor):
+        raise TypeError(f"input_ids must be a torch.Tensor; got {type(input_ids).__name__}")
+    if (
+        input_ids.dtype.is_floating_point
+        or input_ids.dtype.is_complex
+        or input_ids.dtype == torch.bool
+    ):
+        raise TypeError(f"input_ids must hold integer token ids; got dtype {input_ids.dtype}")
     if input_ids.ndim != 2:
         raise ValueError(f"input_ids must have shape (1, n); got {tuple(input_ids.shape)}")
     if input_ids.shape[0] != 1:
@@ -146,6 +154,13 @@ def _check_request(target, input_ids, max_new_tokens, positions, timing):
         raise ValueError(f"max_new_tokens must be >= 1; got {max_new_tokens}")
     if timing not in TIMINGS:
         raise ValueError(f"timing must be one of {TIMINGS}; got {timing!r}")
+    vocab = text_config(target).vocab_size
+    outside = input_ids[(input_ids < 0) | (input_ids >= vocab)]
+    if outside.numel():
+        raise ValueError(
+            f"input_ids hold token id {int(outside[0])}, outside the target's vocabulary "
+            f"[0, {vocab})"
+        )
     limit = text_config(target).max_position_embeddings
     if input_ids.shape[1] + max_new_tokens > limit:
         raise ValueError(
@@ -165,6 +180,37 @@ def _check_request(target, input_ids, max_new_tokens, positions, timing):
             "pass positions=VisionPositions(pixel_values, image_grid_thw)"
         )
     return input_ids.to(target.device), positions
+
+
+def _stops(stop_token_ids, target) -> frozenset[int]:
+    """``stop_token_ids`` (an int, or an iterable of ints) checked against the
+    target's vocabulary."""
+    if stop_token_ids is None:
+        return frozenset()
+    ids = [stop_token_ids] if isinstance(stop_token_ids, int | np.integer) else stop_token_ids
+    if isinstance(ids, str | bytes) or not hasattr(ids, "__iter__"):
+        raise TypeError(f"stop_token_ids must be an int or a list of ints; got {stop_token_ids!r}")
+    ids = list(ids)
+    bad = [t for t in ids if isinstance(t, bool) or not isinstance(t, int | np.integer)]
+    if bad:
+        raise TypeError(f"stop_token_ids must be ints; got {bad[0]!r} in {stop_token_ids!r}")
+    vocab = text_config(target).vocab_size
+    outside = [int(t) for t in ids if not 0 <= int(t) < vocab]
+    if outside:
+        raise ValueError(
+            f"stop_token_ids {outside} lie outside the target's vocabulary [0, {vocab})"
+        )
+    return frozenset(int(t) for t in ids)
+
+
+def _uniforms(sampling: Sampling, generator, device):
+    """The request's uniforms (``None`` when greedy); ``generator`` must be a
+    ``torch.Generator`` or ``None``."""
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(
+            f"generator must be a torch.Generator or None; got {type(generator).__name__}"
+        )
+    return None if sampling.greedy else Uniforms(generator, device)
 
 
 def _cut(tokens: list[int], room: int, stops: frozenset[int]) -> tuple[list[int], bool]:
@@ -246,8 +292,8 @@ def greedy_generate(
 
     sampling = Sampling(temperature, top_p, top_k)
     input_ids, positions = _check_request(target, input_ids, max_new_tokens, positions, timing)
-    uniforms = None if sampling.greedy else Uniforms(generator, target.device)
-    stops = frozenset(int(t) for t in (stop_token_ids or ()))
+    uniforms = _uniforms(sampling, generator, target.device)
+    stops = _stops(stop_token_ids, target)
     device = target.device
     cache = DynamicCache(config=target.config)
 
@@ -448,8 +494,8 @@ def _speculate(
     check_head_fits(head, target)
     if extend:
         check_head_extends(head)
-    uniforms = None if sampling.greedy else Uniforms(generator, target.device)
-    stops = frozenset(int(t) for t in (stop_token_ids or ()))
+    uniforms = _uniforms(sampling, generator, target.device)
+    stops = _stops(stop_token_ids, target)
     device = target.device
     block = int(head.block_size)
     layer_ids = list(head.target_layer_ids)

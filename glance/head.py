@@ -64,13 +64,20 @@ def context_features(hidden_states, layer_ids) -> torch.Tensor:
 
 def check_head_fits(head, target) -> None:
     """Raise ``ValueError`` naming the field and both values if ``head`` cannot
-    draft for ``target``."""
+    draft for ``target``: hidden size, vocabulary, target layer count and ids,
+    mask id, block size and dtype."""
     text = text_config(target)
-    if head.config.hidden_size != text.hidden_size:
-        raise ValueError(
-            f"head hidden_size {head.config.hidden_size} != target hidden_size {text.hidden_size}"
-        )
+
+    def same(field, mine, theirs):
+        if mine != theirs:
+            raise ValueError(f"head {field} {mine} != target {field} {theirs}")
+
+    same("hidden_size", head.config.hidden_size, text.hidden_size)
+    same("vocab_size", head.config.vocab_size, text.vocab_size)
     layers = text.num_hidden_layers
+    counted = getattr(head.config, "num_target_layers", None)
+    if counted is not None:
+        same("num_target_layers (num_hidden_layers)", counted, layers)
     bad = [i for i in head.target_layer_ids if not 0 <= int(i) < layers]
     if bad:
         raise ValueError(
@@ -85,6 +92,13 @@ def check_head_fits(head, target) -> None:
         )
     if int(head.block_size) < 2:
         raise ValueError(f"head block_size {head.block_size} must be >= 2")
+    head_dtype = next(head.parameters()).dtype
+    target_dtype = next(target.parameters()).dtype
+    if head_dtype != target_dtype:
+        raise ValueError(
+            f"head dtype {head_dtype} != target dtype {target_dtype}; "
+            "load the head with dtype=target.dtype (load_block_head(path, target) does)"
+        )
 
 
 def check_head_extends(head) -> None:
@@ -99,19 +113,29 @@ def check_head_extends(head) -> None:
         )
 
 
-def load_block_head(path, target=None, dtype=None, device=None):
+def load_block_head(path, target=None, dtype=None, device=None, allow_pickle: bool = False):
     """Load a trained ``dflash.DFlashDraftModel`` from a checkpoint directory.
 
     With ``target``, also check that the head fits it (:func:`check_head_fits`),
     and default ``dtype`` and ``device`` to the target's. Returns the head in
-    eval mode with gradients off.
+    eval mode with gradients off. Loading is strict: a missing folder fails at
+    once, pickle weights are refused unless ``allow_pickle``, and missing or
+    unexpected weights raise ``ValueError`` naming them.
     """
     from dflash import DFlashDraftModel
+
+    from glance._io import load_strict
 
     if target is not None:
         dtype = dtype or target.dtype
         device = device or target.device
-    head = DFlashDraftModel.from_pretrained(path, dtype=dtype or torch.bfloat16)
+    head = load_strict(
+        DFlashDraftModel,
+        path,
+        "head",
+        allow_pickle=allow_pickle,
+        dtype=dtype or torch.bfloat16,
+    )
     if device is not None:
         head = head.to(device)
     if target is not None:

@@ -43,8 +43,8 @@ class Sampling:
 
     def __post_init__(self):
         t, p, k = self.temperature, self.top_p, self.top_k
-        if isinstance(t, bool) or not isinstance(t, (int, float)) or not t >= 0:
-            raise ValueError(f"temperature must be a number >= 0; got {t!r}")
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 <= t < float("inf"):
+            raise ValueError(f"temperature must be a finite number >= 0; got {t!r}")
         if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 < p <= 1:
             raise ValueError(f"top_p must be a number in (0, 1]; got {p!r}")
         if isinstance(k, bool) or not isinstance(k, int) or k < 0:

@@ -121,7 +121,7 @@ def build_budget_tree(
     log-probs keep their input column order). ``-inf`` entries are legal and
     rank last, so they enter only when the budget exceeds the number of finite
     paths; the tree size never depends on them. ``D == 0`` gives an empty tree.
-    NaN, ``+inf`` or positive log-probs raise ``ValueError``.
+    NaN, ``+inf`` or positive log-probs, and negative ids, raise ``ValueError``.
     """
     ids = np.asarray(top_ids)
     lp = np.asarray(top_logprobs, dtype=np.float64)
@@ -131,6 +131,8 @@ def build_budget_tree(
         )
     if ids.dtype.kind not in "iu":
         raise ValueError(f"top_ids must hold integer token ids; got dtype {ids.dtype}")
+    if ids.size and ids.min() < 0:
+        raise ValueError(f"top_ids must hold token ids >= 0; got {int(ids.min())}")
     if not _is_count(budget) or budget < 1:
         raise ValueError(f"budget must be an integer >= 1; got {budget!r}")
     depth_max, k = lp.shape

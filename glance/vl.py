@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["StreamPositions", "VisionPositions", "load_target", "text_config"]
+__all__ = ["StreamPositions", "VisionPositions", "load_processor", "load_target", "text_config"]
 
 
 def text_config(target):
@@ -104,6 +104,7 @@ def load_target(
     attn_implementation: str = "sdpa",
     trust_remote_code: bool = False,
     revision: str | None = None,
+    allow_pickle: bool = False,
 ):
     """Load a frozen target and its processor: ``(model, processor)``.
 
@@ -111,36 +112,58 @@ def load_target(
     through ``AutoModelForImageTextToText`` and ``AutoProcessor``; text
     checkpoints through ``AutoModelForCausalLM`` and ``AutoTokenizer``. Works
     for a hub name where the weights are reachable and for a local directory
-    written by ``save_pretrained``. ``processor`` is ``None`` when the checkpoint
-    ships no tokenizer or processor files. The model is in eval mode with
-    gradients off. ``revision`` (a branch, tag or commit hash) pins hub weights.
+    written by ``save_pretrained`` (a ``Path``, or a string with a leading
+    ``/``, ``.`` or ``~``: see :func:`glance._io.checkpoint_path`; a missing one
+    fails at once, with no network attempt). ``processor`` is ``None`` when the
+    checkpoint ships no tokenizer or processor files. The model is in eval mode
+    with gradients off. ``revision`` (a branch, tag or commit hash) pins hub
+    weights.
+
+    Loading is strict: safetensors only unless ``allow_pickle``, and missing or
+    unexpected weights raise ``ValueError`` naming them.
     """
     import transformers as tf
 
-    local = Path(str(name_or_path))
-    if local.exists() and not (local / "config.json").is_file():
-        raise ValueError(f"{local}: no config.json, so this is not a saved checkpoint")
+    from glance._io import checkpoint_path, load_strict
+
+    source = checkpoint_path(name_or_path, "target")
     hub = {"trust_remote_code": trust_remote_code, "revision": revision}
-    config = tf.AutoConfig.from_pretrained(name_or_path, **hub)
+    config = tf.AutoConfig.from_pretrained(str(source), **hub)
     vision = hasattr(config, "vision_config")
     model_cls = tf.AutoModelForImageTextToText if vision else tf.AutoModelForCausalLM
-    model = model_cls.from_pretrained(
-        name_or_path,
+    model = load_strict(
+        model_cls,
+        source,
+        "target",
+        allow_pickle=allow_pickle,
         dtype=dtype,
         attn_implementation=attn_implementation,
         **hub,
     )
     model = model.to(device).eval().requires_grad_(False)
+    processor = load_processor(source, vision, **hub)
+    return model, processor
+
+
+def load_processor(
+    name_or_path, vision: bool = True, trust_remote_code: bool = False, revision=None
+):
+    """The checkpoint's processor (``AutoProcessor``; ``AutoTokenizer`` when
+    ``vision`` is false), or ``None`` for a local folder that ships no
+    tokenizer or processor files. Loads no weights."""
+    import transformers as tf
+
+    local = Path(str(name_or_path))
+    hub = {"trust_remote_code": trust_remote_code, "revision": revision}
     if local.is_dir() and not any((local / f).is_file() for f in _PROCESSOR_FILES):
-        return model, None  # a bare local checkpoint, e.g. a test model
+        return None  # a bare local checkpoint, e.g. a test model
     processor_cls = tf.AutoProcessor if vision else tf.AutoTokenizer
     if _processor_class_name(local) == "GlanceToyProcessor":
         # Our built-in toy world's processor lives in glance, not in transformers.
         from glance.toy.world import processor_class
 
         processor_cls = processor_class()
-    processor = processor_cls.from_pretrained(name_or_path, **hub)
-    return model, processor
+    return processor_cls.from_pretrained(str(name_or_path), **hub)
 
 
 def _processor_class_name(local: Path) -> str | None:

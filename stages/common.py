@@ -159,7 +159,7 @@ def load_target(cfg: DictConfig):
 
     info = read_json(Path(cfg.paths.target) / "target.json", "run `python -m stages.target` first")
     return load(
-        info["path"],
+        Path(info["path"]) if info.get("local") else info["path"],
         dtype=torch_dtype(cfg.dtype),
         device=cfg.device,
         revision=info.get("revision"),
@@ -171,7 +171,7 @@ def load_head(cfg: DictConfig, target):
     import glance
 
     info = read_json(Path(cfg.paths.head) / "head.json", "run `python -m stages.head` first")
-    head = glance.load_block_head(info["path"], target=target)
+    head = glance.load_block_head(Path(info["path"]), target=target)
     return head.to(device=target.device, dtype=target.dtype)
 
 

@@ -3,7 +3,11 @@
 ``prepare.source=toy`` (the default) draws the toy tasks, seeded by
 ``prepare.seed``. Any other value is a folder of task files in the same format
 (one ``{"image", "prompt"}`` record per line, the image path relative to the
-folder); they are checked and copied in, so DVC tracks what was decoded.
+folder); they are checked and copied in, so DVC tracks what was decoded. Every
+record must parse, its image must stay inside the folder and open with Pillow,
+its prompt must fit the target's positions with the task's ``max_new_tokens``,
+and each file needs ``decode.n + 1`` records. On any failure the old data
+folder is left as it was.
 """
 
 from __future__ import annotations
@@ -14,9 +18,27 @@ from pathlib import Path
 from stages.common import app, log, setup, write_json
 
 
-def copy_folder(source: Path, tasks, fill: Path) -> dict:
+def check_image(path: Path, where: str) -> None:
+    """Refuse, naming ``where``, an image Pillow cannot decode or an empty one."""
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(path) as img:
+            img.load()
+            width, height = img.size
+    except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as err:
+        raise ValueError(f"{where}: not an image Pillow can read ({err})") from err
+    except Image.DecompressionBombError as err:
+        raise ValueError(f"{where}: image too large ({err})") from err
+    if width == 0 or height == 0:
+        raise ValueError(f"{where}: empty image ({width}x{height})")
+
+
+def copy_folder(source: Path, tasks, fill: Path, need: int = 1) -> dict:
     """Check and copy ``<task>.jsonl`` and their images from ``source`` into
-    ``fill``; an image path that leaves its folder is refused with file:line."""
+    ``fill``. Each record must parse, its image must stay inside the folder and
+    open with Pillow, and each file needs at least ``need`` records; errors
+    name the file and line."""
     from glance._io import inside
     from glance.toy.tasks import read_task
 
@@ -26,16 +48,71 @@ def copy_folder(source: Path, tasks, fill: Path) -> dict:
         if not path.is_file():
             raise FileNotFoundError(f"{path}: missing task file (prepare.source={source})")
         records = read_task(path)
+        if len(records) < need:
+            raise ValueError(
+                f"{path}: {len(records)} records; the pipeline needs at least {need} "
+                "(decode.n measured prompts and one warm-up)"
+            )
         for number, r in enumerate(records, 1):
-            image = inside(source, r["image"], f"{path}:{number}: image")
+            where = f"{path}:{number}: image {r['image']!r}"
+            image = inside(source, r["image"], where)
             if not image.is_file():
-                raise FileNotFoundError(f"{path}:{number}: image {r['image']} not found")
-            target = inside(fill, r["image"], f"{path}:{number}: image")
+                raise FileNotFoundError(f"{where} not found")
+            check_image(image, where)
+            target = inside(fill, r["image"], where)
             target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(image, target)
-        shutil.copy2(path, fill / path.name)
+            shutil.copyfile(image, target)
+        shutil.copyfile(path, fill / path.name)
         counts[task] = len(records)
     return counts
+
+
+def check_lengths(cfg, data: Path, names) -> str:
+    """Check that every record's prompt, rendered by the target's own processor
+    (image and chat template included), leaves room for its task's
+    ``max_new_tokens`` within the target's positions. Loads the processor and
+    config only, never weights. Returns what was checked against, for the log.
+
+    When the target is to be trained here (``target.retrain``) or its files
+    cannot be reached, the check is left to the decode stage, which makes it
+    again before any prompt runs; the return value says so.
+    """
+    from transformers import AutoConfig
+
+    from glance._io import checkpoint_path
+    from glance.toy.tasks import read_task
+    from glance.vl import load_processor
+    from stages.common import prompt_inputs, task_by_name
+
+    t = cfg.target
+    if t.get("retrain") or not t.path:
+        return "not checked here: the target is trained after prepare"
+    try:
+        source = checkpoint_path(t.path, "target.path")
+        config = AutoConfig.from_pretrained(str(source), revision=t.get("revision"))
+        processor = load_processor(
+            source, hasattr(config, "vision_config"), revision=t.get("revision")
+        )
+    except OSError as err:
+        return f"not checked here: the target's files are out of reach ({err})"
+    if processor is None:
+        return "not checked here: the target ships no processor"
+    limit = config.get_text_config().max_position_embeddings
+    for name in names:
+        room = limit - int(task_by_name(name).max_new_tokens)
+        path = data / f"{name}.jsonl"
+        for number, record in enumerate(read_task(path), 1):
+            where = f"{path}:{number}: prompt"
+            try:
+                ids, _ = prompt_inputs(processor, record, data)
+            except Exception as err:  # the processor's own words, placed
+                raise ValueError(f"{where}: the target's processor cannot read it ({err})") from err
+            if ids.shape[1] > room:
+                raise ValueError(
+                    f"{where}: {ids.shape[1]} tokens with its image; with {name}'s "
+                    f"max_new_tokens that exceeds the target's {limit} positions (room: {room})"
+                )
+    return f"{t.path}: {limit} positions"
 
 
 @app
@@ -45,6 +122,12 @@ def main(cfg) -> None:
     setup(cfg)
     source = str(cfg.prepare.source)
     summary = {"source": source, "tasks": {}}
+    need = int(cfg.decode.n) + 1
+    if source == "toy" and int(cfg.prepare.n) < need:
+        raise SystemExit(
+            f"prepare.n: expected at least decode.n + 1 = {need} toy examples per task; "
+            f"got {cfg.prepare.n}"
+        )
 
     def fill(tmp: Path) -> None:
         if source == "toy":
@@ -56,7 +139,8 @@ def main(cfg) -> None:
                 write_task(task, cfg.prepare.n, tmp, cfg.prepare.seed)
                 summary["tasks"][task] = int(cfg.prepare.n)
         else:
-            summary["tasks"] = copy_folder(Path(source), cfg.tasks, tmp)
+            summary["tasks"] = copy_folder(Path(source), cfg.tasks, tmp, need)
+            summary["lengths"] = check_lengths(cfg, tmp, cfg.tasks)
         write_json(tmp / "data.json", summary)
 
     replace_dir(cfg.paths.data, fill)

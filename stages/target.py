@@ -18,12 +18,18 @@ from stages.common import app, log, plain, setup, write_json
 
 def describe(path, revision=None) -> dict:
     """What a checkpoint is, read from its config alone (no weights loaded)."""
+    from pathlib import Path
+
     from transformers import AutoConfig
 
-    config = AutoConfig.from_pretrained(str(path), revision=revision)
+    from glance._io import checkpoint_path
+
+    source = checkpoint_path(path, "target.path")
+    config = AutoConfig.from_pretrained(str(source), revision=revision)
     text = config.get_text_config()
     return {
         "path": str(path),
+        "local": isinstance(source, Path),
         "revision": revision,
         "architecture": (config.architectures or [type(config).__name__])[0],
         "model_type": config.model_type,

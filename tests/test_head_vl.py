@@ -33,7 +33,7 @@ def test_load_target_picks_the_auto_class(checkpoints):
 
 
 def test_load_target_rejects_a_folder_without_config(tmp_path):
-    with pytest.raises(ValueError, match="no config.json"):
+    with pytest.raises(FileNotFoundError, match="no config.json"):
         load_target(tmp_path)
 
 

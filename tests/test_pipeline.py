@@ -145,24 +145,140 @@ def test_target_ships_checked_and_retrains_only_when_asked(tmp_path):
     assert info["hidden_size"] == 32 and (out / "model.safetensors").is_file()
 
 
-@pytest.mark.parametrize("image", ["../../README.md", "../outside.png", "/etc/passwd"])
-def test_prepare_never_reads_or_writes_outside_its_folders(tmp_path, image):
-    source = tmp_path / "deep" / "src"
-    source.mkdir(parents=True)
-    (tmp_path / "outside.png").write_bytes(b"png")
-    (tmp_path / "README.md").write_text("keep me")
+def _page(path):
+    from glance.toy.tasks import render
+
+    render(["abc"]).save(path, format="PNG")
+
+
+def _source(folder, records=2):
+    """A good prepare.source folder: ``records`` records per task, one page image."""
+    folder.mkdir(parents=True, exist_ok=True)
+    _page(folder / "a.png")
+    line = json.dumps({"image": "a.png", "prompt": "what is written?"}) + "\n"
     for t in TASKS:
-        (source / f"{t}.jsonl").write_text('{"image": "a.png", "prompt": "q"}\n')
-    (source / "a.png").write_bytes(b"png")
-    (source / "docvqa.jsonl").write_text(json.dumps({"image": image, "prompt": "q"}) + "\n")
+        (folder / f"{t}.jsonl").write_text(line * records)
+    return folder
+
+
+def _snapshot(root):
+    return {p: p.read_bytes() for p in root.rglob("*") if p.is_file() and not p.is_symlink()}
+
+
+@pytest.mark.parametrize("image", ["../../README.md", "../outside.png", "/etc/passwd", "link.png"])
+def test_prepare_never_reads_or_writes_outside_its_folders(tmp_path, image):
+    source = _source(tmp_path / "deep" / "src")
+    _page(tmp_path / "outside.png")
+    (tmp_path / "README.md").write_text("keep me")
+    (source / "link.png").symlink_to(tmp_path / "outside.png")  # points out of the folder
+    (source / "docvqa.jsonl").write_text((json.dumps({"image": image, "prompt": "q"}) + "\n") * 2)
     out = tmp_path / "deep" / "data"
-    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
-    proc = run("-m", "stages.prepare", f"prepare.source={source}", f"paths.data={out}", check=False)
+    before = _snapshot(tmp_path)
+    system = Path("/etc/passwd").read_bytes()
+    proc = run(
+        "-m",
+        "stages.prepare",
+        f"prepare.source={source}",
+        f"paths.data={out}",
+        "decode.n=1",
+        check=False,
+    )
     assert proc.returncode != 0
     assert "docvqa.jsonl:1: image" in proc.stderr and image in proc.stderr
+    assert "leaves its folder" in proc.stderr or "is absolute" in proc.stderr
     assert not out.exists(), "a failed prepare left a half-written data folder"
-    after = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
-    assert after == before  # nothing written, nothing changed, inside or out
+    assert _snapshot(tmp_path) == before  # nothing written, nothing changed, inside or out
+    assert Path("/etc/passwd").read_bytes() == system
+
+
+@pytest.mark.parametrize(
+    ("break_it", "message"),
+    [
+        (
+            lambda s: (s / "b.png").write_bytes(b"png"),
+            "docvqa.jsonl:2: image 'b.png': not an image",
+        ),
+        (lambda s: (s / "b.png").write_bytes(b""), "docvqa.jsonl:2: image 'b.png': not an image"),
+        (lambda s: None, "docvqa.jsonl:2: image 'b.png' not found"),
+    ],
+)
+def test_prepare_refuses_images_that_do_not_open(tmp_path, break_it, message):
+    source = _source(tmp_path / "src")
+    break_it(source)
+    good = json.dumps({"image": "a.png", "prompt": "q"})
+    (source / "docvqa.jsonl").write_text(
+        good + "\n" + json.dumps({"image": "b.png", "prompt": "q"}) + "\n"
+    )
+    _refused(tmp_path, source, message)
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ('{"image": "a.png", "prompt": ""}', "docvqa.jsonl:2: prompt: expected a non-empty string"),
+        (
+            '{"image": "a.png", "prompt": 7}',
+            "docvqa.jsonl:2: prompt: expected a non-empty string; got 7",
+        ),
+        ('["a.png", "q"]', "docvqa.jsonl:2: expected a JSON object; got list"),
+        ('{"image": "a.png"}', "docvqa.jsonl:2: missing field(s) ['prompt']"),
+        ("not json", "docvqa.jsonl:2: not JSON"),
+        (
+            json.dumps({"image": "a.png", "prompt": "a" * 2100}),
+            "docvqa.jsonl:2: prompt: 2",  # the count, then the target's positions
+        ),
+    ],
+)
+def test_prepare_refuses_bad_records_and_keeps_the_old_data(tmp_path, line, message):
+    source = _source(tmp_path / "src")
+    (source / "docvqa.jsonl").write_text('{"image": "a.png", "prompt": "q"}\n' + line + "\n")
+    stderr = _refused(tmp_path, source, message)
+    if "2100" in line:
+        assert "exceeds the target's 2048 positions" in stderr
+
+
+def test_prepare_needs_one_more_record_than_decode_n(tmp_path):
+    source = _source(tmp_path / "src", records=2)
+    _refused(
+        tmp_path,
+        source,
+        "docvqa.jsonl: 2 records; the pipeline needs at least 3",
+        n=2,
+        tasks="[docvqa]",
+    )
+    proc = run(
+        "-m",
+        "stages.prepare",
+        "prepare.n=3",
+        "decode.n=3",
+        f"paths.data={tmp_path / 'toy'}",
+        check=False,
+    )
+    assert proc.returncode != 0 and "prepare.n: expected at least decode.n + 1 = 4" in proc.stderr
+
+
+def _refused(tmp_path, source, message, n=1, tasks=None):
+    """Run prepare from ``source`` over a good data folder: it must fail with
+    ``message`` and leave the old folder byte-identical."""
+    out = tmp_path / "data"
+    if not out.exists():
+        good = _source(tmp_path / "good")
+        run("-m", "stages.prepare", f"prepare.source={good}", f"paths.data={out}", "decode.n=1")
+    before = _snapshot(out)
+    args = [f"tasks={tasks}"] if tasks else []
+    proc = run(
+        "-m",
+        "stages.prepare",
+        f"prepare.source={source}",
+        f"paths.data={out}",
+        f"decode.n={n}",
+        *args,
+        check=False,
+    )
+    assert proc.returncode != 0
+    assert message in proc.stderr, proc.stderr[-2000:]
+    assert _snapshot(out) == before, "a failed prepare changed the old data"
+    return proc.stderr
 
 
 @pytest.mark.parametrize(
@@ -193,20 +309,6 @@ def test_decode_refuses_bad_settings_before_loading_anything(tmp_path, override,
     message = proc.stderr.strip().splitlines()[-1]
     assert message.startswith(f"{key}: expected"), proc.stderr[-2000:]
     assert override.split("=", 1)[1] in message
-
-
-def test_prepare_rejects_a_bad_task_folder(tmp_path):
-    source = tmp_path / "src"
-    source.mkdir()
-    for t in TASKS:
-        (source / f"{t}.jsonl").write_text('{"image": "a.png", "prompt": "q"}\n')
-    (source / "docvqa.jsonl").write_text('{"image": "a.png", "prompt": "q"}\nnot json\n')
-    (source / "a.png").write_bytes(b"png")
-    out = tmp_path / "data"
-    proc = run("-m", "stages.prepare", f"prepare.source={source}", f"paths.data={out}", check=False)
-    assert proc.returncode != 0
-    assert "docvqa.jsonl:2" in proc.stderr
-    assert not out.exists(), "a failed prepare left a half-written data folder"
 
 
 @pytest.fixture(scope="module")

@@ -328,16 +328,35 @@ def write_task(task: str, n: int, data_dir, seed: int) -> Path:
 
 
 def read_task(path) -> list[dict]:
-    """Parse a task JSONL file; a bad line raises ``ValueError`` naming file and line."""
+    """Parse a task JSONL file: one JSON object per line with a non-empty
+    string ``image`` (a path relative to the file's folder) and a non-empty
+    string ``prompt``; blank lines are skipped. Anything else raises
+    ``ValueError`` naming the file and line."""
     records = []
-    with open(path, encoding="utf-8") as f:
-        for number, line in enumerate(f, 1):
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise ValueError(f"{path}:{number}: not JSON ({err})") from err
-            missing = {"image", "prompt"} - set(record)
-            if missing:
-                raise ValueError(f"{path}:{number}: missing field(s) {sorted(missing)}")
-            records.append(record)
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = list(f)
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{path}: not UTF-8 text ({err})") from err
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except (json.JSONDecodeError, RecursionError) as err:
+            raise ValueError(f"{path}:{number}: not JSON ({err})") from err
+        if not isinstance(record, dict):
+            raise ValueError(
+                f"{path}:{number}: expected a JSON object; got {type(record).__name__}"
+            )
+        missing = {"image", "prompt"} - set(record)
+        if missing:
+            raise ValueError(f"{path}:{number}: missing field(s) {sorted(missing)}")
+        for key in ("image", "prompt"):
+            value = record[key]
+            if not isinstance(value, str) or not value.strip():
+                raise ValueError(
+                    f"{path}:{number}: {key}: expected a non-empty string; got {value!r}"
+                )
+        records.append(record)
     return records
