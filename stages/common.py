@@ -7,6 +7,7 @@ from the config, atomically.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import random
@@ -17,14 +18,23 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from glance._io import atomic_write_text
+from stages.schema import MAX_BUDGET, TIMINGS, budget, check_config, integer, number
 
 CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
 log = logging.getLogger("glance")
 
 
 def app(fn):
-    """``fn(cfg)`` as a Hydra app over ``conf/config.yaml``."""
-    return hydra.main(version_base=None, config_path=CONF_DIR, config_name="config")(fn)
+    """``fn(cfg)`` as a Hydra app over ``conf/config.yaml``. The composed
+    config is checked against the typed schema (:mod:`stages.schema`) first, so
+    a bad value exits in milliseconds, before any model loads."""
+
+    @functools.wraps(fn)
+    def checked(cfg: DictConfig):
+        check_config(cfg)
+        return fn(cfg)
+
+    return hydra.main(version_base=None, config_path=CONF_DIR, config_name="config")(checked)
 
 
 def setup(cfg: DictConfig) -> None:
@@ -92,16 +102,17 @@ def task_records(cfg: DictConfig, task: DictConfig, n: int | None) -> list[dict]
     """The first ``n`` records of the task's JSONL file (all when ``None``); each
     image must exist inside the data folder. Errors name the file and line."""
     from glance._io import inside
-    from glance.toy.tasks import read_task
+    from glance.toy.tasks import numbered_records
 
     data_dir = Path(cfg.paths.data)
     path = data_dir / task.file
     if not path.is_file():
         raise FileNotFoundError(f"{path}: missing task file; run `python -m stages.prepare`")
-    records = read_task(path)
-    for number, r in enumerate(records, 1):
-        if not inside(data_dir, r["image"], f"{path}:{number}: image").is_file():
-            raise FileNotFoundError(f"{path}:{number}: image {r['image']} not under {data_dir}")
+    numbered = numbered_records(path)
+    records = [r for _, r in numbered]
+    for line, r in numbered:
+        if not inside(data_dir, r["image"], f"{path}:{line}: image").is_file():
+            raise FileNotFoundError(f"{path}:{line}: image {r['image']} not under {data_dir}")
     if n is not None:
         if len(records) < n:
             raise ValueError(f"{path}: {len(records)} records; this run needs {n}")
@@ -109,47 +120,27 @@ def task_records(cfg: DictConfig, task: DictConfig, n: int | None) -> list[dict]
     return records
 
 
-#: the largest verify budget a stage accepts: the tree search is best-first over
-#: ``budget`` nodes, and past this the verify pass is never worth its cost
-MAX_BUDGET = 4095
-TIMINGS = ("decode_only", "legacy")
-
-
-def _integer(key: str, value, low: int, high: int | None = None) -> int:
-    ok = isinstance(value, int) and not isinstance(value, bool)
-    if not ok or value < low or (high is not None and value > high):
-        span = f">= {low}" if high is None else f"in {low}..{high}"
-        raise SystemExit(f"{key}: expected an integer {span}; got {value!r}")
-    return int(value)
-
-
 def decode_settings(cfg: DictConfig, task: DictConfig | None = None) -> dict:
-    """The decode settings, checked before any model loads: ``budget`` (an
-    integer in 1..MAX_BUDGET, or ``"auto"``), ``branch_k``, ``n``, ``context``,
-    ``max_new_tokens`` (the task's own when null), ``timing``, ``temperature``
-    and ``extend_budget``. A bad value exits naming the key, the value and what
-    is allowed; nothing is coerced."""
-    budget = cfg.budget
-    if budget != "auto":
-        budget = _integer("budget", budget, 1, MAX_BUDGET)
+    """The decode settings that run: ``budget`` (an integer in 1..MAX_BUDGET,
+    or ``"auto"``), ``branch_k``, ``n``, ``context``, ``max_new_tokens`` (the
+    task's own when null), ``timing``, ``temperature`` and ``extend_budget``.
+    :func:`app` has checked them already; a bad value here exits naming the
+    key, the value and what is allowed. Nothing is coerced."""
     out = {
-        "budget": budget,
-        "branch_k": _integer("branch_k", cfg.branch_k, 1),
-        "n": _integer("n", cfg.n, 1),
-        "context": _integer("context", cfg.context, 0),
-        "extend_budget": _integer("extend_budget", cfg.extend_budget, 0, MAX_BUDGET),
+        "budget": budget("budget", cfg.budget),
+        "branch_k": integer("branch_k", cfg.branch_k, 1),
+        "n": integer("n", cfg.n, 1),
+        "context": integer("context", cfg.context, 0),
+        "extend_budget": integer("extend_budget", cfg.extend_budget, 0, MAX_BUDGET),
     }
     if cfg.max_new_tokens is not None:
-        out["max_new_tokens"] = _integer("max_new_tokens", cfg.max_new_tokens, 1)
+        out["max_new_tokens"] = integer("max_new_tokens", cfg.max_new_tokens, 1)
     elif task is not None:
-        out["max_new_tokens"] = _integer("task.max_new_tokens", task.max_new_tokens, 1)
+        out["max_new_tokens"] = integer("task.max_new_tokens", task.max_new_tokens, 1)
     if cfg.timing not in TIMINGS:
         raise SystemExit(f"timing: expected one of {TIMINGS}; got {cfg.timing!r}")
     out["timing"] = str(cfg.timing)
-    t = cfg.temperature
-    if isinstance(t, bool) or not isinstance(t, int | float) or not 0 <= t < float("inf"):
-        raise SystemExit(f"temperature: expected a finite number >= 0; got {t!r}")
-    out["temperature"] = float(t)
+    out["temperature"] = number("temperature", cfg.temperature, 0)
     return out
 
 

@@ -40,20 +40,20 @@ def copy_folder(source: Path, tasks, fill: Path, need: int = 1) -> dict:
     open with Pillow, and each file needs at least ``need`` records; errors
     name the file and line."""
     from glance._io import inside
-    from glance.toy.tasks import read_task
+    from glance.toy.tasks import numbered_records
 
     counts = {}
     for task in tasks:
         path = source / f"{task}.jsonl"
         if not path.is_file():
             raise FileNotFoundError(f"{path}: missing task file (prepare.source={source})")
-        records = read_task(path)
+        records = numbered_records(path)
         if len(records) < need:
             raise ValueError(
                 f"{path}: {len(records)} records; the pipeline needs at least {need} "
                 "(decode.n measured prompts and one warm-up)"
             )
-        for number, r in enumerate(records, 1):
+        for number, r in records:
             where = f"{path}:{number}: image {r['image']!r}"
             image = inside(source, r["image"], where)
             if not image.is_file():
@@ -80,7 +80,7 @@ def check_lengths(cfg, data: Path, names) -> str:
     from transformers import AutoConfig
 
     from glance._io import checkpoint_path
-    from glance.toy.tasks import read_task
+    from glance.toy.tasks import numbered_records
     from glance.vl import load_processor
     from stages.common import prompt_inputs, task_by_name
 
@@ -101,7 +101,7 @@ def check_lengths(cfg, data: Path, names) -> str:
     for name in names:
         room = limit - int(task_by_name(name).max_new_tokens)
         path = data / f"{name}.jsonl"
-        for number, record in enumerate(read_task(path), 1):
+        for number, record in numbered_records(path):
             where = f"{path}:{number}: prompt"
             try:
                 ids, _ = prompt_inputs(processor, record, data)

@@ -327,10 +327,11 @@ def write_task(task: str, n: int, data_dir, seed: int) -> Path:
     return out
 
 
-def read_task(path) -> list[dict]:
+def numbered_records(path) -> list[tuple[int, dict]]:
     """Parse a task JSONL file: one JSON object per line with a non-empty
     string ``image`` (a path relative to the file's folder) and a non-empty
-    string ``prompt``; blank lines are skipped. Anything else raises
+    string ``prompt``; blank lines are skipped. Returns ``(line, record)``
+    pairs, numbered as the file's lines are. Anything else raises
     ``ValueError`` naming the file and line."""
     records = []
     try:
@@ -358,5 +359,10 @@ def read_task(path) -> list[dict]:
                 raise ValueError(
                     f"{path}:{number}: {key}: expected a non-empty string; got {value!r}"
                 )
-        records.append(record)
+        records.append((number, record))
     return records
+
+
+def read_task(path) -> list[dict]:
+    """The records of a task JSONL file (:func:`numbered_records` without the numbers)."""
+    return [record for _, record in numbered_records(path)]

@@ -1,0 +1,270 @@
+"""The pipeline config's typed schema, checked before any stage does work.
+
+Every stage is wrapped by :func:`stages.common.app`, which calls
+:func:`check_config` on the composed config first: the types come from the
+dataclasses below (OmegaConf structured configs, merged over the composition,
+so ``conf/`` and ``params.yaml`` stay plain YAML that DVC composes without
+importing us), and the ranges from :func:`check_ranges`.
+A bad value exits naming the key, the value and what is allowed, in
+milliseconds, before any model loads. Nothing is coerced: the stages go on
+with the config as given.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from omegaconf import MISSING, DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+#: the largest verify budget a stage accepts: the tree search is best-first over
+#: ``budget`` nodes, and past this the verify pass is never worth its cost
+MAX_BUDGET = 4095
+TIMINGS = ("decode_only", "legacy")
+
+
+@dataclass
+class Target:
+    name: str = MISSING
+    source: str = MISSING  # toy or pretrained
+    path: str | None = None
+    revision: str | None = None
+    dtype: str = "bfloat16"
+    sha256: str | None = None
+    retrain: bool = False
+    size: dict[str, int] = field(default_factory=dict)
+    train: dict[str, Any] = field(default_factory=dict)
+    heldout: int = 10
+
+
+@dataclass
+class Head:
+    name: str = MISSING
+    source: str = MISSING  # toy or checkpoint
+    path: str | None = None
+    train: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Task:
+    name: str = MISSING
+    file: str = MISSING
+    max_new_tokens: int = MISSING
+
+
+@dataclass
+class Decode:
+    budget: Any = 63  # an int, or "auto" (OmegaConf has no int-or-str type)
+    branch_k: int = 8
+    timing: str = "decode_only"
+    n: int = 20
+    max_new_tokens: int | None = None
+    chain: bool = True
+    context: int = 0
+    bootstrap: int = 2000
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
+    extend_budget: int = 0
+    sampled: list[float] = field(default_factory=list)
+    extend_row: int = 0
+    auto_row: bool = True
+
+
+@dataclass
+class Paths:
+    data: str = "data/tasks"
+    target: str = "models/target"
+    head: str = "models/head"
+    results: str = "results"
+    figures: str = "figures"
+
+
+@dataclass
+class Prepare:
+    source: str = "toy"
+    n: int = 41
+    seed: int = 1
+
+
+@dataclass
+class Audit:
+    n: int = 3
+
+
+@dataclass
+class Sweep:
+    task: str = "docvqa"
+    budgets: list[Any] = field(default_factory=list)
+    n: int = 6
+
+
+@dataclass
+class ContextSweep:
+    task: str = "textvqa"
+    lengths: list[int] = field(default_factory=list)
+    n: int = 8
+
+
+@dataclass
+class SeedCheck:
+    seeds: list[int] = field(default_factory=list)
+    n: int = 10
+
+
+@dataclass
+class Bench:
+    tasks: list[str] = field(default_factory=list)
+    n: int = 6
+    lookup_tokens: int = 10
+    lengths: list[int] = field(default_factory=list)
+    length_task: str = "longform"
+    length_n: int = 2
+    cost_task: str = "docvqa"
+    cost_n: int = 3
+
+
+@dataclass
+class Config:
+    target: Target = field(default_factory=Target)
+    head: Head = field(default_factory=Head)
+    task: Task | None = None
+    seed: int = 0
+    device: str = "cpu"
+    dtype: str = "float32"
+    threads: int = 2
+    decode: Decode = field(default_factory=Decode)
+    budget: Any = 63
+    branch_k: int = 8
+    timing: str = "decode_only"
+    n: int = 20
+    max_new_tokens: int | None = None
+    chain: bool = True
+    context: int = 0
+    temperature: float = 0.0
+    extend_budget: int = 0
+    paths: Paths = field(default_factory=Paths)
+    out_dir: str | None = None
+    tasks: list[str] = field(default_factory=list)
+    prepare: Prepare = field(default_factory=Prepare)
+    audit: Audit = field(default_factory=Audit)
+    sweep: Sweep = field(default_factory=Sweep)
+    context_sweep: ContextSweep = field(default_factory=ContextSweep)
+    seed_check: SeedCheck = field(default_factory=SeedCheck)
+    bench: Bench = field(default_factory=Bench)
+
+
+def _fail(key: str, value, allowed: str):
+    raise SystemExit(f"{key}: expected {allowed}; got {value!r}")
+
+
+def integer(key: str, value, low: int, high: int | None = None) -> int:
+    """``value`` if it is an int (not a bool) in range, else exit naming ``key``."""
+    ok = isinstance(value, int) and not isinstance(value, bool)
+    if not ok or value < low or (high is not None and value > high):
+        _fail(
+            key, value, f"an integer >= {low}" if high is None else f"an integer in {low}..{high}"
+        )
+    return int(value)
+
+
+def budget(key: str, value) -> int | str:
+    """A verify budget: an int in ``1..MAX_BUDGET`` or ``"auto"``."""
+    if value == "auto":
+        return "auto"
+    ok = isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_BUDGET
+    if not ok:
+        _fail(key, value, f'an integer in 1..{MAX_BUDGET} or "auto"')
+    return int(value)
+
+
+def number(key: str, value, low: float, high: float = float("inf"), open_low=False) -> float:
+    """A finite real ``value`` in ``[low, high]`` (``(low, high]`` when ``open_low``)."""
+    ok = isinstance(value, int | float) and not isinstance(value, bool)
+    ok = (
+        ok
+        and value < float("inf")
+        and (value > low if open_low else value >= low)
+        and value <= high
+    )
+    if not ok:
+        span = f"in ({low}, {high}]" if open_low else f">= {low}"
+        _fail(key, value, f"a finite number {span}")
+    return float(value)
+
+
+def check_types(cfg: DictConfig) -> None:
+    """Merge ``cfg`` into the schema: a wrong type or an unknown key exits
+    naming the key, the value and the type the schema wants."""
+    plain = OmegaConf.to_container(cfg, resolve=True)
+    plain.pop("hydra", None)
+    try:
+        OmegaConf.merge(OmegaConf.structured(Config), plain)
+    except OmegaConfBaseException as err:
+        key = getattr(err, "full_key", None) or "config"
+        message = str(err).splitlines()[0]
+        kind = re.search(r"converted to (\w+)|not a valid (\w+)", message)
+        if kind and hasattr(err, "value"):
+            wanted = (kind.group(1) or kind.group(2)).lower()
+            raise SystemExit(
+                f"{key}: expected {_ARTICLE.get(wanted, wanted)}; got {err.value!r}"
+            ) from None
+        raise SystemExit(f"{key}: {message}") from None
+
+
+_ARTICLE = {
+    "integer": "an integer",
+    "float": "a number",
+    "bool": "true or false",
+    "str": "a string",
+}
+
+
+def check_ranges(cfg: DictConfig) -> None:
+    """The ranges the types cannot say (see the README's parameter notes)."""
+    d = cfg.decode
+    for key in ("budget",):
+        budget(f"decode.{key}", d[key])
+        budget(key, cfg[key])
+    for key, low in (("branch_k", 1), ("n", 1), ("context", 0), ("extend_budget", 0)):
+        integer(f"decode.{key}", d[key], low, MAX_BUDGET if "budget" in key else None)
+        integer(key, cfg[key], low, MAX_BUDGET if "budget" in key else None)
+    for key in ("max_new_tokens",):
+        for name, value in ((f"decode.{key}", d[key]), (key, cfg[key])):
+            if value is not None:
+                integer(name, value, 1)
+    for name, value in (("decode.timing", d.timing), ("timing", cfg.timing)):
+        if value not in TIMINGS:
+            _fail(name, value, f"one of {TIMINGS}")
+    for name, value in (("decode.temperature", d.temperature), ("temperature", cfg.temperature)):
+        number(name, value, 0)
+    for i, t in enumerate(d.sampled):
+        number(f"decode.sampled[{i}]", t, 0, open_low=True)
+    number("decode.top_p", d.top_p, 0, 1, open_low=True)
+    integer("decode.top_k", d.top_k, 0)
+    integer("decode.bootstrap", d.bootstrap, 1)
+    integer("decode.extend_row", d.extend_row, 0, MAX_BUDGET)
+    integer("threads", cfg.threads, 0)
+    integer("prepare.n", cfg.prepare.n, 1)
+    integer("audit.n", cfg.audit.n, 1)
+    for i, b in enumerate(cfg.sweep.budgets):
+        budget(f"sweep.budgets[{i}]", b)
+    integer("sweep.n", cfg.sweep.n, 1)
+    for i, n in enumerate(cfg.context_sweep.lengths):
+        integer(f"context_sweep.lengths[{i}]", n, 0)
+    integer("context_sweep.n", cfg.context_sweep.n, 1)
+    integer("seed_check.n", cfg.seed_check.n, 1)
+    for key in ("n", "length_n", "cost_n", "lookup_tokens"):
+        integer(f"bench.{key}", cfg.bench[key], 1)
+    for i, n in enumerate(cfg.bench.lengths):
+        integer(f"bench.lengths[{i}]", n, 1)
+    if "task" in cfg and cfg.task is not None:
+        integer("task.max_new_tokens", cfg.task.max_new_tokens, 1)
+
+
+def check_config(cfg: DictConfig) -> None:
+    """Types, then ranges; exits naming the first bad key."""
+    check_types(cfg)
+    check_ranges(cfg)

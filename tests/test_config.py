@@ -1,0 +1,83 @@
+"""The typed config: bad values are refused in milliseconds, before any model loads."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+pytest.importorskip("hydra", reason="the pipeline extra is part of the README's test install")
+
+from omegaconf import OmegaConf  # noqa: E402
+
+from stages.params import compose_params  # noqa: E402
+from stages.schema import MAX_BUDGET, check_config  # noqa: E402
+
+BAD = [
+    ("budget=1.5", "budget", "1.5"),
+    ("budget=abc", "budget", "abc"),
+    ("budget=10**6", "budget", "10**6"),
+    (f"budget={MAX_BUDGET + 1}", "budget", str(MAX_BUDGET + 1)),
+    ("max_new_tokens=0", "max_new_tokens", "0"),
+    ("context=-5", "context", "-5"),
+    ("n=0", "n", "0"),
+    ("timing=fast", "timing", "fast"),
+    ("temperature=inf", "temperature", "inf"),
+    ("decode.n=abc", "decode.n", "abc"),
+    ("decode.chain=maybe", "decode.chain", "maybe"),
+    ("decode.top_p=0", "decode.top_p", "0"),
+    ("decode.sampled=[0.7,x]", "decode.sampled[1]", "x"),
+    ("sweep.budgets=[1,0]", "sweep.budgets[1]", "0"),
+    ("sweep.n=0", "sweep.n", "0"),
+    ("audit.n=-1", "audit.n", "-1"),
+    ("bench.lengths=[8,0]", "bench.lengths[1]", "0"),
+    ("context_sweep.lengths=[-1]", "context_sweep.lengths[0]", "-1"),
+    ("threads=two", "threads", "two"),
+    ("+surprise=1", "surprise", "surprise"),
+]
+
+
+def _cfg(*overrides):
+    return OmegaConf.create(compose_params(["+task=docvqa", *overrides]))
+
+
+def test_defaults_and_every_target_pass():
+    check_config(_cfg())
+    for target in ("qwen3_vl_8b", "qwen2_5_vl_7b"):
+        check_config(_cfg(f"target={target}"))
+    check_config(_cfg("budget=auto", "sweep.budgets=[1,auto]"))
+
+
+@pytest.mark.parametrize(("override", "key", "value"), BAD)
+def test_bad_values_name_key_value_and_what_is_allowed(override, key, value):
+    with pytest.raises(SystemExit) as err:
+        check_config(_cfg(override))
+    message = str(err.value)
+    assert message.startswith(f"{key}: "), message
+    assert value in message
+    if key != "surprise":
+        assert "expected" in message
+
+
+@pytest.mark.parametrize("stage", ["decode", "audit", "bench"])
+def test_stages_refuse_bad_config_before_any_model_loads(stage, monkeypatch):
+    """Each stage, called as Hydra calls it, fails within a second although
+    loading the target would take five: the check comes first."""
+    import importlib
+
+    import glance.vl
+    import stages.common
+
+    def slow_load(*args, **kwargs):
+        time.sleep(5)
+        raise AssertionError("the stage loaded a model before checking its config")
+
+    monkeypatch.setattr(stages.common, "load_target", slow_load)
+    monkeypatch.setattr(glance.vl, "load_target", slow_load)
+    main = importlib.import_module(f"stages.{stage}").main
+    for override, key, _ in BAD[:9]:
+        cfg = _cfg(override)
+        start = time.perf_counter()
+        with pytest.raises(SystemExit, match=f"^{key}: expected"):
+            main(cfg)
+        assert time.perf_counter() - start < 1.0, override
