@@ -110,7 +110,7 @@ def test_audit_verdicts():
 
 def test_target_ships_checked_and_retrains_only_when_asked(tmp_path):
     data, out = tmp_path / "data", tmp_path / "target"
-    run("-m", "stages.prepare", "prepare.n=2", f"paths.data={data}")
+    run("-m", "stages.prepare", "prepare.n=2", "decode.n=1", f"paths.data={data}")
     shipped = run(
         "-m", "stages.target", "target.heldout=1", f"paths.data={data}", f"paths.target={out}"
     )
