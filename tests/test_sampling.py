@@ -305,6 +305,6 @@ def test_a_wrong_walk_fails_the_same_test(small, monkeypatch):
         return np.array(path, dtype=np.int64), bonus
 
     target, head = small
-    monkeypatch.setattr(glance.decode, "_walk", most_probable_child)
+    monkeypatch.setattr(glance.decode, "walk", most_probable_child)
     samples = draw_samples(tree_run(target, head), 2027)
     assert chi_square(samples, exact_first_three(target, EXACT_SETTINGS)) < 1e-8
