@@ -114,6 +114,7 @@ def test_audit_verdicts():
     assert verdict([1, 2], [1, 4], {"glance": [1, 3], "chain": [1, 2]}) == "control_differs"
 
 
+@pytest.mark.slow
 def test_target_ships_checked_and_retrains_only_when_asked(tmp_path):
     data, out = tmp_path / "data", tmp_path / "target"
     run("-m", "stages.prepare", "prepare.n=2", "n=1", f"paths.data={data}")
@@ -171,6 +172,7 @@ def _snapshot(root):
     return {p: p.read_bytes() for p in root.rglob("*") if p.is_file() and not p.is_symlink()}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("image", ["../../README.md", "../outside.png", "/etc/passwd", "link.png"])
 def test_prepare_never_reads_or_writes_outside_its_folders(tmp_path, image):
     source = _source(tmp_path / "deep" / "src")
@@ -197,6 +199,7 @@ def test_prepare_never_reads_or_writes_outside_its_folders(tmp_path, image):
     assert Path("/etc/passwd").read_bytes() == system
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("break_it", "message"),
     [
@@ -218,6 +221,7 @@ def test_prepare_refuses_images_that_do_not_open(tmp_path, break_it, message):
     _refused(tmp_path, source, message)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("line", "message"),
     [
@@ -243,6 +247,7 @@ def test_prepare_refuses_bad_records_and_keeps_the_old_data(tmp_path, line, mess
         assert "exceeds the target's 2048 positions" in stderr
 
 
+@pytest.mark.slow
 def test_prepare_needs_one_more_record_than_decode_n(tmp_path):
     source = _source(tmp_path / "src", records=2)
     _refused(
@@ -332,6 +337,7 @@ def repro(tmp_path_factory):
     subprocess.run(["git", "init", "-q"], cwd=work, check=True)
     subprocess.run([*dvc, "init", "-q"], cwd=work, check=True)
     shutil.copy2(ROOT / ".dvc" / "config", work / ".dvc" / "config")
+    shutil.copy2(ROOT / ".dvcignore", work / ".dvcignore")  # caches inside glance/ are no source
     # What `dvc exp run -S ...` would write: the composition with the overrides.
     (work / "params.yaml").write_text(yaml.safe_dump(compose_params(TINY)))
     env = dict(os.environ, PYTHONPATH=str(work))
@@ -342,6 +348,7 @@ def repro(tmp_path_factory):
     return work
 
 
+@pytest.mark.slow
 def test_repro_writes_every_declared_output(repro):
     stages = yaml.safe_load((repro / "dvc.yaml").read_text())["stages"]
     lock = yaml.safe_load((repro / "dvc.lock").read_text())["stages"]
@@ -361,6 +368,7 @@ def test_repro_writes_every_declared_output(repro):
         assert set(rows) == set(TASKS)
 
 
+@pytest.mark.slow
 def test_repro_decode_summaries(repro):
     for task in TASKS:
         s = json.loads((repro / "results" / "decode" / task / "summary.json").read_text())
@@ -405,6 +413,7 @@ def test_repro_decode_summaries(repro):
         assert all(r["tree_size"] <= 63 + 63 for r in rounds if r["system"] == "glance_extend")
 
 
+@pytest.mark.slow
 def test_repro_sweep_and_context_runs(repro):
     for budget in (1, 7):
         s = json.loads(
@@ -417,6 +426,7 @@ def test_repro_sweep_and_context_runs(repro):
     assert short["context"] == 0 and long["context"] == 16 and "tree_over_chain" in long
 
 
+@pytest.mark.slow
 def test_repro_audit_law_and_table(repro):
     audit = json.loads((repro / "results" / "audit.json").read_text())
     assert audit["prompts"] == 5 and audit["mismatch"] == 0 and audit["extend_budget"] == 63
@@ -433,6 +443,7 @@ def test_repro_audit_law_and_table(repro):
     assert md.count("\n") == len(TASKS) + 3 and "geometric mean" in md
 
 
+@pytest.mark.slow
 def test_repro_is_reproducible_and_up_to_date(repro):
     dvc = str(Path(sys.executable).parent / "dvc")
     env = dict(os.environ, PYTHONPATH=str(repro))
@@ -459,6 +470,7 @@ def test_repro_is_reproducible_and_up_to_date(repro):
     assert len(found) == len(TASKS) and all(tau > 1 for tau in found.values()), found
 
 
+@pytest.mark.slow
 def test_results_notebook_runs_on_the_outputs(repro, monkeypatch):
     import matplotlib
 
@@ -475,6 +487,7 @@ def test_results_notebook_runs_on_the_outputs(repro, monkeypatch):
     assert scope["audit"]["mismatch"] == 0
 
 
+@pytest.mark.slow
 def test_exp_run_set_param_reaches_the_stages(repro):
     # `dvc exp run -S` recomposes conf/ with the overrides into params.yaml (Hydra
     # composition is on in .dvc/config); the stages must then decode with them.
@@ -507,6 +520,7 @@ def test_exp_run_set_param_reaches_the_stages(repro):
         assert all(r["tree_size"] <= 7 for r in rounds if r["system"] == "glance")
 
 
+@pytest.mark.slow
 def test_a_sweep_covers_temperature_and_extend_budget(repro):
     """`-m temperature=... extend_budget=...` runs every pair; a sampled GLANCE
     run draws the same text as its seeded baseline, and the extension widens
@@ -526,6 +540,7 @@ def test_a_sweep_covers_temperature_and_extend_budget(repro):
     assert set(found) == {(0.0, 0), (0.0, 5), (0.7, 0), (0.7, 5)}
 
 
+@pytest.mark.slow
 def test_repro_bench_rows_agree_and_cost_curves(repro):
     from glance.budget import AUTO_SIZES
 
@@ -570,6 +585,7 @@ def test_readme_tables_are_generated_from_results():
         render("no markers here", texts)
 
 
+@pytest.mark.slow
 def test_budget_auto_runs_through_decode_audit_and_bench(repro):
     out = repro / "results" / "auto"
     common = ["--config-name", "from_params", "budget=auto", "threads=1"]
