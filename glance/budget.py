@@ -20,11 +20,12 @@ Needs numpy only.
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["AUTO_SIZES", "AcceptanceScale", "VerifyCost", "choose_budget"]
+__all__ = ["AUTO_SIZES", "AcceptanceScale", "VerifyCost", "VerifyCosts", "choose_budget"]
 
 #: tree sizes the verify pass is timed at, and that ``budget="auto"`` picks from
 AUTO_SIZES = (1, 3, 7, 15, 31, 63, 127, 255)
@@ -48,6 +49,25 @@ class VerifyCost:
     def at(self, n) -> np.ndarray:
         """Verify milliseconds at tree size(s) ``n``, interpolated linearly."""
         return np.interp(n, self.sizes, self.ms)
+
+
+class VerifyCosts:
+    """A book of measured verify costs, one per target, device and dtype.
+
+    The caller holds it and passes it to every ``budget="auto"`` call that
+    should share one measurement (the stages keep one per run). Entries go
+    with their target (weak keys)."""
+
+    def __init__(self):
+        self._book: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+    def get(self, target, measure) -> VerifyCost:
+        """The cost for ``target`` as it is now placed, from ``measure()`` the first time."""
+        key = (str(target.device), str(target.dtype))
+        known = self._book.setdefault(target, {})
+        if key not in known:
+            known[key] = measure()
+        return known[key]
 
 
 @dataclass

@@ -16,39 +16,54 @@ last committed token (the *root*) at sequence index ``L``:
 6. the verify pass's hidden states at root + accepted nodes are the next
    round's context features.
 
+The round is made of parts, each usable alone: a :class:`~glance.drafter.Drafter`
+proposes (step 1); a planner turns the proposal into a tree with
+``glance.tree.search_tree`` and ``first_nodes`` (step 2, fixed or ``"auto"``
+budget, plus the optional extension spliced in by the drafter); :func:`verify`
+runs the target pass on :func:`verify_inputs` (step 3); :func:`walk` picks the
+path (step 4) and :func:`commit` keeps it in the :class:`~glance.cache.KVCache`
+and hands its hidden states to the drafter (steps 5 and 6). :func:`speculate`
+runs them for any drafter; :func:`generate` and :func:`chain_generate` wrap a
+DFlash head in :class:`~glance.drafter.BlockDrafter`.
+
 Timing (``timing=``): ``"decode_only"`` opens the clock after the prefill and
 after the first round's draft pass; ``"legacy"`` opens it before the prefill.
-Both synchronise the device before each read. ``ms_per_token`` divides the
+Both synchronise the device before each read; a run without stats reads no
+clock at all (except ``budget="auto"``, which weighs the draft pass's time). ``ms_per_token`` divides the
 window by every new token, the prefill's included, as dflash does.
 """
 
 from __future__ import annotations
 
 import time
-import weakref
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 import torch
 
-from glance.budget import AUTO_SIZES, AcceptanceScale, VerifyCost, choose_budget
-from glance.head import (
-    check_head_extends,
-    check_head_fits,
-    context_features,
-    lm_head,
-    noise_embedding,
-)
+from glance.budget import AUTO_SIZES, AcceptanceScale, VerifyCost, VerifyCosts, choose_budget
+from glance.cache import KVCache
+from glance.drafter import BlockDrafter, Drafter
+from glance.head import check_head_extends
 from glance.sampling import Sampling, Uniforms, draw
-from glance.tree import (
-    CandidateTree,
-    _search,
-    accept_path,
-    tree_mask,
-)
+from glance.tree import CandidateTree, accept_path, first_nodes, search_tree, tree_mask
 from glance.vl import StreamPositions, VisionPositions, text_config
 
-__all__ = ["Round", "Stats", "chain_generate", "generate", "greedy_generate", "verify_cost"]
+__all__ = [
+    "Cursor",
+    "Options",
+    "Round",
+    "Stats",
+    "chain_generate",
+    "commit",
+    "generate",
+    "greedy_generate",
+    "measure_verify_cost",
+    "speculate",
+    "verify",
+    "verify_inputs",
+    "walk",
+]
 
 TIMINGS = ("decode_only", "legacy")
 GREEDY = Sampling()
@@ -97,10 +112,49 @@ class Stats:
         return asdict(self)
 
 
-def _clock(device: torch.device) -> float:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    return time.perf_counter()
+class Clock:
+    """Seconds since an arbitrary origin, read after synchronising the device
+    (CUDA runs asynchronously). Off, it reads 0 without touching the device,
+    so a run without stats pays nothing for timing."""
+
+    def __init__(self, device: torch.device, on: bool = True):
+        self.on, self.device = on, device
+        self.sync = on and device.type == "cuda"
+
+    def __call__(self) -> float:
+        if not self.on:
+            return 0.0
+        if self.sync:
+            torch.cuda.synchronize(self.device)
+        return time.perf_counter()
+
+
+class _Laps:
+    """One round's clock marks, and the :class:`Round` they time."""
+
+    def __init__(self, clock: Clock):
+        self.clock, self.at = clock, {}
+
+    def mark(self, name: str) -> float:
+        self.at[name] = t = self.clock()
+        return t
+
+    def ms(self, a: str, b: str) -> float:
+        return (self.at[b] - self.at[a]) * 1e3 if a in self.at and b in self.at else 0.0
+
+    def round(self, accepted: int, committed: int, tree_size: int) -> Round:
+        extend = self.ms("planned", "extended")
+        between = self.ms("draft", "tree")
+        return Round(
+            accepted=accepted,
+            committed=committed,
+            entropy=float("nan"),
+            tree_size=tree_size,
+            draft_ms=self.ms("start", "draft") + extend,
+            verify_ms=self.ms("tree", "verify"),
+            host_ms=between + self.ms("verify", "end") - extend,
+            tree_ms=between - extend,
+        )
 
 
 class _Entropies:
@@ -221,20 +275,39 @@ def _cut(tokens: list[int], room: int, stops: frozenset[int]) -> tuple[list[int]
     return tokens[:room], len(tokens) >= room
 
 
-def _finish(input_ids, new, rounds, prefill_ms, window, timing, return_stats):
-    out = torch.cat([input_ids[0].cpu(), torch.tensor(new, dtype=input_ids.dtype)])[None]
-    if not return_stats:
-        return out
-    committed = sum(r.committed for r in rounds)
-    stats = Stats(
-        new_tokens=len(new),
-        tau=committed / len(rounds) if rounds else float("nan"),
-        ms_per_token=window * 1e3 / len(new),
-        prefill_ms=prefill_ms,
-        timing=timing,
-        rounds=tuple(rounds),
-    )
-    return out, stats
+@dataclass
+class _Request:
+    """A checked request and what its run has produced so far."""
+
+    input_ids: torch.Tensor
+    positions: object
+    options: Options
+    stops: frozenset
+    uniforms: Uniforms | None
+    clock: Clock
+    new: list = field(default_factory=list)
+    rounds: list = field(default_factory=list)
+
+    @property
+    def room(self) -> int:
+        """New tokens still allowed."""
+        return self.options.max_new_tokens - len(self.new)
+
+    def finish(self, prefill_ms: float, window_s: float):
+        ids = self.input_ids
+        out = torch.cat([ids[0].cpu(), torch.tensor(self.new, dtype=ids.dtype)])[None]
+        if not self.options.return_stats:
+            return out
+        rounds = self.rounds
+        stats = Stats(
+            new_tokens=len(self.new),
+            tau=sum(r.committed for r in rounds) / len(rounds) if rounds else float("nan"),
+            ms_per_token=window_s * 1e3 / len(self.new),
+            prefill_ms=prefill_ms,
+            timing=self.options.timing,
+            rounds=tuple(rounds),
+        )
+        return out, stats
 
 
 def _next(logits: torch.Tensor, sampling: Sampling, uniforms) -> int:
@@ -246,7 +319,7 @@ def _next(logits: torch.Tensor, sampling: Sampling, uniforms) -> int:
     return token
 
 
-def _walk(tree: CandidateTree, logits: torch.Tensor, sampling: Sampling, uniforms):
+def walk(tree: CandidateTree, logits: torch.Tensor, sampling: Sampling, uniforms):
     """The accepted node indices and the bonus token, from the verify pass's
     ``(1 + N, V)`` logits (row 0: the root).
 
@@ -267,12 +340,84 @@ def _walk(tree: CandidateTree, logits: torch.Tensor, sampling: Sampling, uniform
     return path, int(choice[path[-1] + 1 if len(path) else 0])
 
 
+def _count(name: str, value, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < low:
+        raise ValueError(f"{name} must be an int >= {low}; got {value!r}")
+    return int(value)
+
+
+@dataclass(frozen=True)
+class Options:
+    """How one request decodes (checked on creation).
+
+    ``max_new_tokens``: exact cap on new tokens, ``>= 1``. ``budget``: tree
+    nodes verified per round besides the root, ``>= 1``, or ``"auto"``.
+    ``stop_token_ids``: the output ends right after the first of these.
+    ``timing``: ``"decode_only"`` or ``"legacy"``. ``sampling``: greedy, or
+    temperature with top-k and top-p. ``extend_budget``: 0 (off) or up to this
+    many nodes past the block per round. ``return_stats``: also return
+    :class:`Stats`.
+    """
+
+    max_new_tokens: int
+    budget: int | str = 63
+    stop_token_ids: object = None
+    timing: str = "decode_only"
+    sampling: Sampling = GREEDY
+    extend_budget: int = 0
+    return_stats: bool = False
+
+    def __post_init__(self):
+        if isinstance(self.max_new_tokens, bool) or not isinstance(self.max_new_tokens, int):
+            raise ValueError(f"max_new_tokens must be an int >= 1; got {self.max_new_tokens!r}")
+        if self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1; got {self.max_new_tokens}")
+        if self.budget != "auto":
+            try:
+                _count("budget", self.budget, 1)
+            except ValueError:
+                raise ValueError(
+                    f'budget must be an int >= 1 or "auto"; got {self.budget!r}'
+                ) from None
+        _count("extend_budget", self.extend_budget, 0)
+        if self.timing not in TIMINGS:
+            raise ValueError(f"timing must be one of {TIMINGS}; got {self.timing!r}")
+
+
+@dataclass
+class Cursor:
+    """Where a request stands: ``root``, the last committed token, not yet in
+    the target's cache, sits at sequence index ``length``; ``positions`` and
+    ``delta`` turn sequence indices into the target's position ids."""
+
+    root: int
+    length: int
+    positions: object
+    delta: int
+
+
+def _request(target, input_ids, options: Options, positions, generator) -> _Request:
+    input_ids, positions = _check_request(
+        target, input_ids, options.max_new_tokens, positions, options.timing
+    )
+    on = options.return_stats or options.budget == "auto"  # auto weighs the draft's time
+    return _Request(
+        input_ids,
+        positions,
+        options,
+        _stops(options.stop_token_ids, target),
+        _uniforms(options.sampling, generator, target.device),
+        Clock(target.device, on),
+    )
+
+
 @torch.inference_mode()
 def greedy_generate(
     target,
     input_ids: torch.Tensor,
     max_new_tokens: int,
     positions=None,
+    *,
     stop_token_ids=None,
     timing: str = "decode_only",
     return_stats: bool = False,
@@ -288,81 +433,64 @@ def greedy_generate(
     Returns ``(1, n + new)`` token ids (prompt included) on the CPU, and with
     ``return_stats`` also :class:`Stats` with one round per token.
     """
-    from transformers import DynamicCache
-
     sampling = Sampling(temperature, top_p, top_k)
-    input_ids, positions = _check_request(target, input_ids, max_new_tokens, positions, timing)
-    uniforms = _uniforms(sampling, generator, target.device)
-    stops = _stops(stop_token_ids, target)
-    device = target.device
-    cache = DynamicCache(config=target.config)
-
-    start = _clock(device)
-    kwargs, delta = positions.prefill(target, input_ids)
-    out = target(
-        input_ids=input_ids, past_key_values=cache, use_cache=True, logits_to_keep=1, **kwargs
+    options = Options(
+        max_new_tokens,
+        1,
+        stop_token_ids=stop_token_ids,
+        timing=timing,
+        sampling=sampling,
+        return_stats=return_stats,
     )
-    token = _next(out.logits[0, -1], sampling, uniforms)
-    prefill_end = _clock(device)
+    req = _request(target, input_ids, options, positions, generator)
+    device, clock = target.device, req.clock
+    cache = KVCache(target.config)
+
+    start = clock()
+    kwargs, delta = req.positions.prefill(target, req.input_ids)
+    out = target(
+        input_ids=req.input_ids,
+        past_key_values=cache.inner,
+        use_cache=True,
+        logits_to_keep=1,
+        **kwargs,
+    )
+    token = _next(out.logits[0, -1], sampling, req.uniforms)
+    prefill_end = clock()
     window_start = start if timing == "legacy" else prefill_end
-    new, rounds = [token], []
-    entropies, nan = _Entropies(return_stats), float("nan")
-    index = input_ids.shape[1]
-    while token not in stops and len(new) < max_new_tokens:
-        t0 = _clock(device)
+    req.new.append(token)
+    entropies = _Entropies(return_stats)
+    index = req.input_ids.shape[1]
+    while token not in req.stops and req.room > 0:
+        laps = _Laps(clock)
+        laps.mark("start")
+        laps.at["draft"] = laps.at["tree"] = laps.at["start"]
         out = target(
             input_ids=torch.tensor([[token]], device=device),
-            position_ids=positions.rows(torch.tensor([index], device=device), delta),
-            past_key_values=cache,
+            position_ids=req.positions.rows(torch.tensor([index], device=device), delta),
+            past_key_values=cache.inner,
             use_cache=True,
         )
         logits = out.logits[0, -1]
-        token = _next(logits, sampling, uniforms)
-        t1 = _clock(device)
+        token = _next(logits, sampling, req.uniforms)
+        laps.mark("verify")
         entropies.add(logits)  # a view of this step's own (1, 1, vocab) logits
-        new.append(token)
+        req.new.append(token)
         index += 1
-        rounds.append(Round(0, 1, nan, 0, 0.0, (t1 - t0) * 1e3, (_clock(device) - t1) * 1e3))
-    window = _clock(device) - window_start
-    rounds = entropies.fill(rounds)
-    return _finish(
-        input_ids, new, rounds, (prefill_end - start) * 1e3, window, timing, return_stats
-    )
-
-
-def _compact(cache, start: int, keep: np.ndarray) -> None:
-    """Keep cache positions ``[0, start)`` then ``start + keep``; drop the rest.
-
-    ``keep`` is ascending (a root-to-leaf path, parents-first), so entries that
-    already sit in place (``keep[i] == i``, the usual case along the best path)
-    are not moved; only the rest are gathered down.
-    """
-    m = keep.shape[0]
-    moved = np.flatnonzero(keep != np.arange(m))
-    if moved.size:
-        first = int(moved[0])
-        src = torch.from_numpy(keep[first:] + start).to(cache.layers[0].keys.device)
-        for layer in cache.layers:
-            layer.keys[..., start + first : start + m, :] = layer.keys[..., src, :]
-            layer.values[..., start + first : start + m, :] = layer.values[..., src, :]
-    for layer in cache.layers:
-        layer.keys = layer.keys[..., : start + m, :]
-        layer.values = layer.values[..., : start + m, :]
-
-
-def _crop_to(cache, length: int) -> None:
-    extra = cache.get_seq_length() - length
-    if extra > 0:
-        cache.crop(-extra)
+        laps.mark("end")
+        req.rounds.append(laps.round(0, 1, 0))
+    window = clock() - window_start
+    req.rounds = entropies.fill(req.rounds)
+    return req.finish((prefill_end - start) * 1e3, window)
 
 
 _NUMPY_DTYPES = {torch.float16: np.float16, torch.float32: np.float32, torch.float64: np.float64}
 
 
-def _verify_inputs(target, tree, root: int, length: int, positions, delta: int) -> dict:
+def verify_inputs(target, tree: CandidateTree, at: Cursor) -> dict:
     """Inputs of the target pass over ``[root, nodes]``: the ancestor-only mask
     and positions ``length + depth``."""
-    device = target.device
+    device, length = target.device, at.length
     np_dtype = _NUMPY_DTYPES.get(target.dtype)
     if np_dtype is not None:  # the whole additive mask in one numpy pass, no copy
         mask = torch.from_numpy(tree_mask(tree, past_len=length, dtype=np_dtype))
@@ -371,251 +499,173 @@ def _verify_inputs(target, tree, root: int, length: int, positions, delta: int) 
         mask = torch.zeros((visible.shape[0], length + visible.shape[0]), dtype=target.dtype)
         mask[:, length:].masked_fill_(~visible, torch.finfo(target.dtype).min)
     index = torch.from_numpy(np.concatenate(([length], tree.depths + length)))
-    tokens = torch.from_numpy(np.concatenate(([root], tree.tokens)))
+    tokens = torch.from_numpy(np.concatenate(([at.root], tree.tokens)))
     if device.type != "cpu":
         index, tokens, mask = index.to(device), tokens.to(device), mask.to(device)
     return {
         "input_ids": tokens[None],
-        "position_ids": positions.rows(index, delta),
+        "position_ids": at.positions.rows(index, at.delta),
         "attention_mask": mask[None, None],
         "use_cache": True,
         "output_hidden_states": True,
     }
 
 
-def _first(tree: CandidateTree, n: int) -> CandidateTree:
-    """The first ``n`` nodes: for a best-first tree, exactly the budget-``n`` tree."""
-    return CandidateTree(tree.tokens[:n], tree.parents[:n], tree.depths[:n], tree.logprobs[:n])
+def verify(target, cache: KVCache, inputs: dict):
+    """One target pass over a planned tree (:func:`verify_inputs`); the whole
+    tree enters ``cache``, and :func:`commit` keeps what was accepted."""
+    return target(**inputs, past_key_values=cache.inner)
 
 
-def _extend(head, target, tree, root, top_ids, no_context, length, past_block, extend, draft_cache):
-    """``tree`` with a subtree of up to ``extend`` nodes hung off its spine leaf.
-
-    The spine is the head's argmax at every offset of the block. When the tree
-    holds the whole spine, one more head pass over ``[root, spine, MASK x
-    past_block]`` (the spine revealed, not masked) prices the ``past_block``
-    offsets after the block; their top-k become a best-first subtree below the
-    spine leaf, packed after the existing nodes. A tree without its spine leaf
-    comes back unchanged, with no extra pass.
-    """
-    depth, k = top_ids.shape
-    spine = np.ascontiguousarray(top_ids[:, 0])
-    # The spine's nodes in the tree: the path the walk takes if every row's
-    # choice is the spine's next token (no choice past the leaf).
-    choice = np.append(spine, -1)[np.concatenate(([0], tree.depths))]
-    spine_path = accept_path(tree, choice)
-    if len(spine_path) < depth:
-        return tree
-    leaf = int(spine_path[-1])
-    device = target.device
-    block_ids = torch.full((1, 1 + depth + past_block), int(head.mask_token_id), device=device)
-    block_ids[0, 0] = root
-    block_ids[0, 1 : depth + 1] = torch.from_numpy(spine).to(device)
-    hidden = head(
-        target_hidden=no_context,
-        noise_embedding=noise_embedding(head, target, block_ids),
-        position_ids=torch.arange(length, length + block_ids.shape[1], device=device)[None],
-        past_key_values=draft_cache,
-        use_cache=True,
-    )
-    _crop_to(draft_cache, length)
-    logits = head.compute_logits(hidden[0, depth + 1 :], lm_head(target))
-    logp = torch.log_softmax(logits.float(), dim=-1)
-    lp, ids = logp.topk(min(k, logp.shape[-1]), dim=-1)
-    sub = _search(ids.cpu().numpy(), lp.cpu().numpy(), extend, k)
-    n = len(tree)
-    return CandidateTree(
-        np.concatenate([tree.tokens, sub.tokens]),
-        np.concatenate([tree.parents, np.where(sub.parents < 0, leaf, sub.parents + n)]),
-        np.concatenate([tree.depths, sub.depths + tree.depths[leaf]]),
-        np.concatenate([tree.logprobs, sub.logprobs + tree.logprobs[leaf]]),
-    )
+def commit(cache: KVCache, drafter: Drafter, hidden_states, path: np.ndarray, at: Cursor) -> None:
+    """After the walk: keep the root and the accepted ``path`` in the target's
+    cache, hand their hidden states to the drafter, and move ``at`` past them
+    (its new root, the bonus token, is set by the caller)."""
+    cache.keep(at.length + 1, path)
+    rows = torch.from_numpy(np.concatenate([[0], path + 1])).to(hidden_states[0].device)
+    drafter.advance(hidden_states, rows)
+    at.length += 1 + len(path)
 
 
-#: measured verify costs per target, per (device, dtype): budget="auto" times once
-_COSTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-def verify_cost(
-    target, cache, root: int, length: int, positions, delta: int, repeats: int = 3
-) -> VerifyCost:
+def measure_verify_cost(target, cache: KVCache, at: Cursor, repeats: int = 3) -> VerifyCost:
     """The target's verify-pass milliseconds at each size in ``AUTO_SIZES``.
 
-    Timed once per target, device and dtype (then cached), on the live cache of
-    the first request, which is cropped back after every pass, so the request's
-    output is untouched. Each size takes the fastest of ``repeats`` passes over
-    a flat tree of copies of the root (the mask's shape, not its content, sets
-    the cost). ``budget="auto"`` calls it; call it to inspect the curve.
+    Measured on the live cache of a request, which is cropped back after every
+    pass, so the request's output is untouched. Each size takes the fastest of
+    ``repeats`` passes over a flat tree of copies of the root (the mask's shape,
+    not its content, sets the cost). ``budget="auto"`` calls it once per
+    target, device and dtype of a :class:`~glance.budget.VerifyCosts` book.
     """
-    key = (str(target.device), str(target.dtype))
-    known = _COSTS.setdefault(target, {})
-    if key in known:
-        return known[key]
+    clock = Clock(target.device)
     times = []
     with torch.no_grad():
         for size in AUTO_SIZES:
             tree = CandidateTree(
-                np.full(size, root, dtype=np.int64),
+                np.full(size, at.root, dtype=np.int64),
                 np.full(size, -1, dtype=np.int64),
                 np.ones(size, dtype=np.int64),
                 np.zeros(size),
             )
-            inputs = _verify_inputs(target, tree, root, length, positions, delta)
+            inputs = verify_inputs(target, tree, at)
             best = float("inf")
             for _ in range(repeats):
-                t0 = _clock(target.device)
-                target(**inputs, past_key_values=cache)
-                best = min(best, _clock(target.device) - t0)
-                _crop_to(cache, length)
+                t0 = clock()
+                verify(target, cache, inputs)
+                best = min(best, clock() - t0)
+                cache.crop(at.length)
             times.append(best * 1e3)
-    known[key] = VerifyCost(AUTO_SIZES, tuple(times))
-    return known[key]
+    return VerifyCost(AUTO_SIZES, tuple(times))
+
+
+class _Planner:
+    """The round's tree from a proposal: the budget tree, or with
+    ``budget="auto"`` the first ``N`` nodes of the largest one, ``N`` chosen
+    from the measured verify cost and the draft's expected gain."""
+
+    def __init__(self, budget, cost: VerifyCost | None):
+        self.budget, self.cost = budget, cost
+        self.scale = AcceptanceScale() if cost is not None else None
+        self.predicted = 0.0
+
+    def plan(self, ids: np.ndarray, logprobs: np.ndarray, draft_ms: float) -> CandidateTree:
+        if self.cost is None:
+            return search_tree(ids, logprobs, self.budget)
+        full = search_tree(ids, logprobs, self.cost.sizes[-1])
+        size, self.predicted = choose_budget(full.logprobs, self.cost, draft_ms, self.scale.alpha)
+        return first_nodes(full, size)
+
+    def learn(self, accepted: int) -> None:
+        """Scale later predictions by how this one fared (auto only)."""
+        if self.scale is not None:
+            self.scale.update(accepted, self.predicted)
 
 
 @torch.inference_mode()
-def _speculate(
-    head,
+def speculate(
+    drafter: Drafter,
     target,
-    input_ids,
-    max_new_tokens,
-    budget,
-    branch_k,
-    positions,
-    stop_token_ids,
-    timing,
-    return_stats,
-    sampling: Sampling = GREEDY,
+    input_ids: torch.Tensor,
+    options: Options,
+    *,
+    positions=None,
     generator=None,
-    extend: int = 0,
+    costs: VerifyCosts | None = None,
 ):
-    from transformers import DynamicCache
+    """Speculative decoding with any :class:`~glance.drafter.Drafter`: per
+    round, propose, plan a tree, verify it, walk, commit. Lossless: at
+    temperature 0 the output is the target's greedy output, and otherwise an
+    exact sample (``glance.sampling``). ``costs`` keeps ``budget="auto"``'s
+    measured verify costs between calls (a fresh book measures anew).
 
-    input_ids, positions = _check_request(target, input_ids, max_new_tokens, positions, timing)
-    check_head_fits(head, target)
-    if extend:
-        check_head_extends(head)
-    uniforms = _uniforms(sampling, generator, target.device)
-    stops = _stops(stop_token_ids, target)
-    device = target.device
-    block = int(head.block_size)
-    layer_ids = list(head.target_layer_ids)
-    output = lm_head(target)
-    target_cache = DynamicCache(config=target.config)
-    draft_cache = DynamicCache(config=head.config)
+    Returns what :func:`generate` returns.
+    """
+    req = _request(target, input_ids, options, positions, generator)
+    clock, sampling, extend = req.clock, options.sampling, options.extend_budget
+    cache = KVCache(target.config)
+    start = clock()
+    at = _prefill(target, drafter, req, cache)
+    prefill_end = clock()
+    window_start = start if options.timing == "legacy" else None
+    cost = None
+    if options.budget == "auto":
+        cost = (costs or VerifyCosts()).get(target, lambda: measure_verify_cost(target, cache, at))
+    planner = _Planner(options.budget, cost)
+    entropies = _Entropies(options.return_stats, copy=True)  # a view would pin all logits
+    done = at.root in req.stops or req.room <= 0
+    caps = []  # output length at each round's root, and its depth limit
+    while not done:
+        laps = _Laps(clock)
+        laps.mark("start")
+        depth = min(drafter.max_depth, req.room)
+        ids, logprobs = drafter.propose(at.root, at.length, depth)
+        window_start = laps.mark("draft") if window_start is None else window_start
+        tree = planner.plan(ids, logprobs, laps.ms("start", "draft"))
+        drafted, room = len(tree), min(drafter.max_depth, req.room - depth) if extend else 0
+        caps.append((len(req.new), depth + max(room, 0)))
+        if room >= 1:
+            laps.mark("planned")
+            tree = drafter.extend(tree, room, extend)
+            laps.mark("extended")
+        inputs = verify_inputs(target, tree, at)
+        laps.mark("tree")
+        out = verify(target, cache, inputs)
+        path, bonus = walk(tree, out.logits[0], sampling, req.uniforms)
+        laps.mark("verify")
+        planner.learn(int((path < drafted).sum()))  # the prediction knew the first tree only
+        committed, done = _cut(tree.tokens[path].tolist() + [bonus], req.room, req.stops)
+        req.new.extend(committed)
+        if not done:
+            commit(cache, drafter, out.hidden_states, path, at)
+            at.root = bonus
+        entropies.add(out.logits[0, 0])
+        laps.mark("end")
+        req.rounds.append(laps.round(len(path), len(committed), len(tree)))
+    window = clock() - (window_start if window_start is not None else prefill_end)
+    req.rounds = entropies.fill(
+        [
+            replace(r, cap=min(c, len(req.new) - s))
+            for r, (s, c) in zip(req.rounds, caps, strict=True)
+        ]
+    )
+    return req.finish((prefill_end - start) * 1e3, window)
 
-    start = _clock(device)
-    kwargs, delta = positions.prefill(target, input_ids)
+
+def _prefill(target, drafter: Drafter, req: _Request, cache: KVCache):
+    """The prompt through the target: the first token (the root) and the
+    drafter started on the prompt's hidden states."""
+    kwargs, delta = req.positions.prefill(target, req.input_ids)
     out = target(
-        input_ids=input_ids,
-        past_key_values=target_cache,
+        input_ids=req.input_ids,
+        past_key_values=cache.inner,
         use_cache=True,
         logits_to_keep=1,
         output_hidden_states=True,
         **kwargs,
     )
-    root = _next(out.logits[0, -1], sampling, uniforms)
-    context = context_features(out.hidden_states, layer_ids)
-    prefill_end = _clock(device)
-    window_start = start if timing == "legacy" else None
-    cost = scale = None
-    if budget == "auto":
-        cost = verify_cost(target, target_cache, root, input_ids.shape[1], positions, delta)
-        scale = AcceptanceScale()
-    new, rounds = [root], []
-    # Copies: a view would keep each round's whole (N+1, vocab) logits alive.
-    entropies, nan = _Entropies(return_stats, copy=True), float("nan")
-    done = root in stops or max_new_tokens == 1
-    length = input_ids.shape[1]  # target cache length = the root's sequence index
-
-    starts, caps = [], []  # output length at each round's root, and its depth limit
-    while not done:
-        t0 = _clock(device)
-        depth = min(block - 1, max_new_tokens - len(new))
-        starts.append(len(new))
-        block_ids = torch.full((1, depth + 1), int(head.mask_token_id), device=device)
-        block_ids[0, 0] = root
-        hidden = head(
-            target_hidden=context,
-            noise_embedding=noise_embedding(head, target, block_ids),
-            position_ids=torch.arange(length - context.shape[1], length + depth + 1, device=device)[
-                None
-            ],
-            past_key_values=draft_cache,
-            use_cache=True,
-        )
-        _crop_to(draft_cache, length)
-        logp = torch.log_softmax(head.compute_logits(hidden[0, 1:], output).float(), dim=-1)
-        top_lp, top_ids = logp.topk(min(branch_k, logp.shape[-1]), dim=-1)
-        top_lp, top_ids = top_lp.cpu().numpy(), top_ids.cpu().numpy()
-        t1 = _clock(device)
-        if window_start is None:
-            window_start = t1
-
-        if cost is None:
-            tree = _search(top_ids, top_lp, budget, top_ids.shape[1])
-        else:
-            full = _search(top_ids, top_lp, cost.sizes[-1], top_ids.shape[1])
-            size, predicted = choose_budget(full.logprobs, cost, (t1 - t0) * 1e3, scale.alpha)
-            tree = _first(full, size)
-        extend_ms, drafted = 0.0, len(tree)
-        past_block = min(block - 1, max_new_tokens - len(new) - depth)
-        caps.append(depth + (past_block if extend and past_block >= 1 else 0))
-        if extend and past_block >= 1:
-            te = _clock(device)
-            tree = _extend(
-                head,
-                target,
-                tree,
-                root,
-                top_ids,
-                context[:, :0],
-                length,
-                past_block,
-                extend,
-                draft_cache,
-            )
-            extend_ms = (_clock(device) - te) * 1e3
-        inputs = _verify_inputs(target, tree, root, length, positions, delta)
-        t2 = _clock(device)
-        out = target(**inputs, past_key_values=target_cache)
-        logits = out.logits[0]
-        path, bonus = _walk(tree, logits, sampling, uniforms)
-        t3 = _clock(device)
-
-        if cost is not None:  # alpha scales the prediction, which knew only the first tree
-            scale.update(int((path < drafted).sum()), predicted)
-        committed, done = _cut(
-            tree.tokens[path].tolist() + [bonus], max_new_tokens - len(new), stops
-        )
-        new.extend(committed)
-        if not done:
-            _compact(target_cache, length + 1, path)
-            rows = torch.from_numpy(np.concatenate([[0], path + 1])).to(device)
-            context = context_features(out.hidden_states, layer_ids)[:, rows]
-            length += 1 + len(path)
-            root = bonus
-        entropies.add(logits[0])
-        t4 = _clock(device)
-        rounds.append(
-            Round(
-                accepted=len(path),
-                committed=len(committed),
-                entropy=nan,
-                tree_size=len(tree),
-                draft_ms=(t1 - t0) * 1e3 + extend_ms,
-                verify_ms=(t3 - t2) * 1e3,
-                host_ms=((t2 - t1) + (t4 - t3)) * 1e3 - extend_ms,
-                tree_ms=(t2 - t1) * 1e3 - extend_ms,
-            )
-        )
-    window = _clock(device) - (window_start if window_start is not None else prefill_end)
-    rounds = [
-        replace(r, cap=min(c, len(new) - s)) for r, c, s in zip(rounds, caps, starts, strict=True)
-    ]
-    rounds = entropies.fill(rounds)
-    return _finish(
-        input_ids, new, rounds, (prefill_end - start) * 1e3, window, timing, return_stats
-    )
+    root = _next(out.logits[0, -1], req.options.sampling, req.uniforms)
+    req.new.append(root)
+    drafter.start(out.hidden_states)
+    return Cursor(root, req.input_ids.shape[1], req.positions, delta)
 
 
 def generate(
@@ -623,6 +673,7 @@ def generate(
     target,
     input_ids: torch.Tensor,
     max_new_tokens: int,
+    *,
     budget: int | str = 63,
     branch_k: int = 8,
     positions=None,
@@ -634,12 +685,14 @@ def generate(
     top_k: int = 0,
     generator=None,
     extend_budget: int = 0,
+    costs: VerifyCosts | None = None,
 ):
     """Decode with a budget tree per round; at temperature 0, exactly greedy,
     and otherwise an exact sample of the target (see ``glance.sampling``).
 
     Args:
-        head: a ``dflash.DFlashDraftModel`` that fits ``target``.
+        head: a ``dflash.DFlashDraftModel`` that fits ``target``, or any
+            :class:`~glance.drafter.Drafter` (then ``branch_k`` is its own).
         target: the frozen target model.
         input_ids: ``(1, n)`` prompt ids.
         max_new_tokens: exact cap on new tokens, ``>= 1``.
@@ -664,31 +717,31 @@ def generate(
             drafted past the block by a second head pass with the head's own
             argmax spine revealed, and hung off the spine's leaf. Needs a head
             trained with a variable mask span (``HeadConfig.mask_span``).
+        costs: a :class:`~glance.budget.VerifyCosts` book that keeps
+            ``budget="auto"``'s measured verify costs across calls; without it
+            each call measures them again.
 
     Returns:
         ``(1, n + new)`` token ids on the CPU, prompt included; with
         ``return_stats``, ``(ids, stats)``.
     """
-    if budget != "auto" and (isinstance(budget, bool) or not isinstance(budget, int) or budget < 1):
-        raise ValueError(f'budget must be an int >= 1 or "auto"; got {budget!r}')
-    if isinstance(branch_k, bool) or not isinstance(branch_k, int) or branch_k < 1:
-        raise ValueError(f"branch_k must be an int >= 1; got {branch_k!r}")
-    if isinstance(extend_budget, bool) or not isinstance(extend_budget, int) or extend_budget < 0:
-        raise ValueError(f"extend_budget must be an int >= 0 (0: off); got {extend_budget!r}")
-    return _speculate(
-        head,
-        target,
-        input_ids,
+    options = Options(
         max_new_tokens,
         budget,
-        branch_k,
-        positions,
-        stop_token_ids,
-        timing,
-        return_stats,
-        Sampling(temperature, top_p, top_k),
-        generator,
-        extend_budget,
+        stop_token_ids=stop_token_ids,
+        timing=timing,
+        sampling=Sampling(temperature, top_p, top_k),
+        extend_budget=extend_budget,
+        return_stats=return_stats,
+    )
+    if isinstance(head, Drafter):
+        drafter = head
+    else:
+        drafter = BlockDrafter(head, target, _count("branch_k", branch_k, 1))
+        if extend_budget:
+            check_head_extends(head)
+    return speculate(
+        drafter, target, input_ids, options, positions=positions, generator=generator, costs=costs
     )
 
 
@@ -697,6 +750,7 @@ def chain_generate(
     target,
     input_ids: torch.Tensor,
     max_new_tokens: int,
+    *,
     positions=None,
     stop_token_ids=None,
     timing: str = "decode_only",
@@ -708,17 +762,13 @@ def chain_generate(
 ):
     """Decode with the head's argmax spine only: a width-1 tree of depth
     ``block_size - 1``. Same arguments and returns as :func:`generate`."""
-    return _speculate(
-        head,
-        target,
-        input_ids,
+    options = Options(
         max_new_tokens,
         int(head.block_size) - 1,
-        1,
-        positions,
-        stop_token_ids,
-        timing,
-        return_stats,
-        Sampling(temperature, top_p, top_k),
-        generator,
+        stop_token_ids=stop_token_ids,
+        timing=timing,
+        sampling=Sampling(temperature, top_p, top_k),
+        return_stats=return_stats,
     )
+    drafter = BlockDrafter(head, target, 1)
+    return speculate(drafter, target, input_ids, options, positions=positions, generator=generator)

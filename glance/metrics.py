@@ -243,3 +243,13 @@ def tau_ceiling(new_tokens, block: int) -> float:
     new token comes from the prefill, as in the decoders, and is not a round's."""
     n = _vector("new_tokens", new_tokens) - 1
     return float(n.sum() / np.ceil(n / block).sum())
+
+
+def audit_verdict(greedy, control, others: dict) -> str:
+    """One prompt's audit verdict: ``"equal"`` when every decoder in
+    ``others`` reproduced ``greedy``; otherwise ``"control_differs"`` when a
+    second greedy run (``control``) differs too (the arithmetic is not
+    deterministic here, so no decoder can be blamed), else ``"MISMATCH"``."""
+    if any(o != greedy for o in others.values()):
+        return "control_differs" if control != greedy else "MISMATCH"
+    return "equal"

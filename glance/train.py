@@ -299,6 +299,7 @@ def train_head(
     sequences,
     mask_token_id: int,
     cfg: HeadConfig = HeadConfig(),
+    *,
     progress: bool = True,
     heldout=(),
     eval_every: int = 250,
@@ -320,12 +321,20 @@ def train_head(
     was_deterministic = torch.are_deterministic_algorithms_enabled()
     torch.use_deterministic_algorithms(True)
     try:
-        return _train_head(target, sequences, mask_token_id, cfg, progress, heldout, eval_every)
+        return _train_head(
+            target,
+            sequences,
+            mask_token_id,
+            cfg,
+            progress=progress,
+            heldout=heldout,
+            eval_every=eval_every,
+        )
     finally:
         torch.use_deterministic_algorithms(was_deterministic)
 
 
-def _train_head(target, sequences, mask_token_id, cfg, progress, heldout, eval_every):
+def _train_head(target, sequences, mask_token_id, cfg, *, progress, heldout, eval_every):
     from tqdm import tqdm
 
     target.requires_grad_(False)

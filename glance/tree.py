@@ -41,6 +41,10 @@ __all__ = [
     "as_tree",
     "build_budget_tree",
     "children_of",
+    "first_nodes",
+    "search_tree",
+    "spine_leaf",
+    "splice",
     "tree_mask",
     "tree_positions",
 ]
@@ -182,6 +186,42 @@ def _search(ids: np.ndarray, lp: np.ndarray, budget: int, branch_k: int) -> Cand
         parents, depths, ranks, negs = _best_first(lp[:, :branch_k].tolist(), size)
     return CandidateTree(
         ids[depths - 1, ranks].astype(np.int64, copy=False), parents, depths, -negs
+    )
+
+
+def search_tree(top_ids: np.ndarray, top_logprobs: np.ndarray, budget: int) -> CandidateTree:
+    """The decoder's fast path to :func:`build_budget_tree` with every column
+    usable (``branch_k = k``), on inputs already in its form: rows sorted
+    descending, log-probs in ``[-inf, 0]``, ``D >= 1``, as ``torch.topk`` of a
+    log-softmax gives them. Nothing is checked."""
+    return _search(top_ids, top_logprobs, budget, top_ids.shape[1])
+
+
+def first_nodes(tree: CandidateTree, n: int) -> CandidateTree:
+    """The first ``n`` nodes. For a best-first tree (as the search packs them)
+    that is exactly the budget-``n`` tree, so one search serves every size."""
+    return CandidateTree(tree.tokens[:n], tree.parents[:n], tree.depths[:n], tree.logprobs[:n])
+
+
+def spine_leaf(tree: CandidateTree, spine: np.ndarray) -> int | None:
+    """The node at the end of ``spine`` (one token per offset ``1..D``), walked
+    from the root through ``tree``; ``None`` unless the whole spine is there."""
+    spine = np.ascontiguousarray(spine, dtype=np.int64)
+    choice = np.append(spine, -1)[np.concatenate(([0], tree.depths))]
+    path = accept_path(tree, choice)
+    return int(path[-1]) if len(path) == spine.shape[0] else None
+
+
+def splice(tree: CandidateTree, leaf: int, sub: CandidateTree) -> CandidateTree:
+    """``tree`` with ``sub`` hung below node ``leaf`` and packed after the
+    existing nodes: ``sub``'s root children become ``leaf``'s children, its
+    depths and path log-probabilities continue from ``leaf``'s."""
+    n = len(tree)
+    return CandidateTree(
+        np.concatenate([tree.tokens, sub.tokens]),
+        np.concatenate([tree.parents, np.where(sub.parents < 0, leaf, sub.parents + n)]),
+        np.concatenate([tree.depths, sub.depths + tree.depths[leaf]]),
+        np.concatenate([tree.logprobs, sub.logprobs + tree.logprobs[leaf]]),
     )
 
 

@@ -19,7 +19,19 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["StreamPositions", "VisionPositions", "load_processor", "load_target", "text_config"]
+__all__ = [
+    "STOP_TOKENS",
+    "StreamPositions",
+    "VisionPositions",
+    "chat_inputs",
+    "positions_from",
+    "stop_ids",
+    "user_turn",
+    "load_processor",
+    "load_target",
+    "register_processor",
+    "text_config",
+]
 
 
 def text_config(target):
@@ -97,8 +109,57 @@ class VisionPositions:
         return (index + delta).view(1, 1, -1).expand(3, 1, -1)
 
 
+def user_turn(text: str, image=None) -> list[dict]:
+    """One user message for a chat template: the question, then the image
+    (when given), as every GLANCE prompt is laid out."""
+    content = [{"type": "text", "text": text}]
+    if image is not None:
+        content.append({"type": "image", "image": image})
+    return [{"role": "user", "content": content}]
+
+
+def positions_from(inputs):
+    """The decoder's positions for processor output: :class:`VisionPositions`
+    when it carries an image, else :class:`StreamPositions`."""
+    if inputs.get("pixel_values") is None:
+        return StreamPositions()
+    return VisionPositions(
+        inputs["pixel_values"], inputs["image_grid_thw"], inputs.get("mm_token_type_ids")
+    )
+
+
+def chat_inputs(processor, text: str, image=None):
+    """``(input_ids, positions)`` for one user turn (:func:`user_turn`) through
+    the processor's chat template, with the assistant's turn opened."""
+    inputs = processor.apply_chat_template(
+        user_turn(text, image),
+        add_generation_prompt=True,
+        tokenize=True,
+        return_dict=True,
+        return_tensors="pt",
+    )
+    return inputs["input_ids"], positions_from(inputs)
+
+
+#: end-of-turn and end-of-text markers of the Qwen chat format
+STOP_TOKENS = ("<|im_end|>", "<|endoftext|>")
+
+
+def stop_ids(processor, target) -> list[int]:
+    """The ids an answer stops at: the chat format's end-of-turn and
+    end-of-text tokens where the tokenizer knows them, and the target's
+    ``generation_config.eos_token_id``."""
+    tok = getattr(processor, "tokenizer", processor)
+    ids = {tok.convert_tokens_to_ids(t) for t in STOP_TOKENS}
+    eos = target.generation_config.eos_token_id
+    ids |= set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
+    unk = getattr(tok, "unk_token_id", None)
+    return sorted(i for i in ids if isinstance(i, int) and i >= 0 and i != unk)
+
+
 def load_target(
     name_or_path,
+    *,
     dtype=torch.bfloat16,
     device="cpu",
     attn_implementation: str = "sdpa",
@@ -158,12 +219,27 @@ def load_processor(
     if local.is_dir() and not any((local / f).is_file() for f in _PROCESSOR_FILES):
         return None  # a bare local checkpoint, e.g. a test model
     processor_cls = tf.AutoProcessor if vision else tf.AutoTokenizer
-    if _processor_class_name(local) == "GlanceToyProcessor":
-        # Our built-in toy world's processor lives in glance, not in transformers.
-        from glance.toy.world import processor_class
-
-        processor_cls = processor_class()
+    name = _processor_class_name(local)
+    if name is not None and not hasattr(tf, name):
+        if name not in PROCESSORS:
+            raise ValueError(
+                f"{local}: processor_class {name!r} is neither in transformers nor registered "
+                "with glance.vl.register_processor (the toy world's registers when "
+                "glance.toy.world is imported)"
+            )
+        processor_cls = PROCESSORS[name]()
     return processor_cls.from_pretrained(str(name_or_path), **hub)
+
+
+#: processor classes outside transformers, by the name a checkpoint's
+#: ``processor_config.json`` gives; see :func:`register_processor`
+PROCESSORS: dict = {}
+
+
+def register_processor(name: str, factory) -> None:
+    """Let :func:`load_target` load checkpoints whose ``processor_class`` is
+    ``name``, a class that ``factory()`` returns (a ``ProcessorMixin``)."""
+    PROCESSORS[name] = factory
 
 
 def _processor_class_name(local: Path) -> str | None:

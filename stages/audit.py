@@ -18,6 +18,8 @@ from pathlib import Path
 
 from omegaconf import open_dict
 
+from glance.metrics import audit_verdict
+from glance.vl import stop_ids
 from stages.common import (
     app,
     decode_settings,
@@ -27,17 +29,11 @@ from stages.common import (
     log,
     prompt_inputs,
     setup,
-    stop_ids,
     task_by_name,
     task_records,
+    verify_costs,
     write_json,
 )
-
-
-def verdict(greedy, control, others: dict) -> str:
-    if any(o != greedy for o in others.values()):
-        return "control_differs" if control != greedy else "MISMATCH"
-    return "equal"
 
 
 @app
@@ -67,7 +63,9 @@ def main(cfg) -> None:
 
             greedy = new(glance.greedy_generate(target, ids, max_new, **kw))
             control = new(glance.greedy_generate(target, ids, max_new, **kw))
-            tree = dict(budget=settings["budget"], branch_k=settings["branch_k"], **kw)
+            tree = dict(
+                budget=settings["budget"], branch_k=settings["branch_k"], costs=verify_costs(), **kw
+            )
             others = {
                 "glance": new(glance.generate(head, target, ids, max_new, **tree)),
                 "chain": new(glance.chain_generate(head, target, ids, max_new, **kw)),
@@ -76,7 +74,7 @@ def main(cfg) -> None:
                 others["glance_extend"] = new(
                     glance.generate(head, target, ids, max_new, extend_budget=extend, **tree)
                 )
-            v = verdict(greedy, control, others)
+            v = audit_verdict(greedy, control, others)
             rows.append(
                 {
                     "prompt": i,

@@ -32,6 +32,8 @@ from pathlib import Path
 
 import numpy as np
 
+from glance.baselines import dflash_generate, hf_generate
+from glance.vl import stop_ids
 from stages.common import (
     app,
     decode_settings,
@@ -41,9 +43,9 @@ from stages.common import (
     log,
     prompt_inputs,
     setup,
-    stop_ids,
     task_by_name,
     task_records,
+    verify_costs,
     write_json,
 )
 
@@ -105,44 +107,6 @@ class PeakMemory:
         return False
 
 
-class WithImage:
-    """A target whose first call (the prefill) gets the image inputs and M-RoPE
-    ids, and whose later calls get 3-row positions with the rope delta: what
-    ``dflash_generate``, written for text targets, needs to run a VL prompt."""
-
-    def __init__(self, target, positions):
-        self._target, self._positions, self._delta = target, positions, None
-
-    def __getattr__(self, name):
-        return getattr(self._target, name)
-
-    def __call__(self, input_ids, position_ids=None, **kwargs):
-        if self._delta is None:
-            extra, self._delta = self._positions.prefill(self._target, input_ids)
-            return self._target(input_ids, **extra, **kwargs)
-        rows = self._positions.rows(position_ids[0], self._delta)
-        return self._target(input_ids, position_ids=rows, **kwargs)
-
-
-def dflash_chain(head, target, ids, max_new: int, stops):
-    """``dflash_generate`` with its stats. Its clock calls ``torch.cuda.synchronize``,
-    which a CPU build of torch refuses, so on CPU it reads a plain clock instead."""
-    import dflash.model as dflash_model
-
-    if target.device.type == "cuda":
-        return dflash_model.dflash_generate(
-            head, target, ids, max_new, stops or None, return_stats=True
-        )
-    clock = dflash_model._cuda_time
-    dflash_model._cuda_time = time.perf_counter
-    try:
-        return dflash_model.dflash_generate(
-            head, target, ids, max_new, stops or None, return_stats=True
-        )
-    finally:
-        dflash_model._cuda_time = clock
-
-
 def sync(device) -> None:
     import torch
 
@@ -163,29 +127,12 @@ def run_row(row, cfg, target, head, processor, ids, positions, max_new, stops) -
         sync(device)
         start = time.perf_counter()
         if row.startswith("hf_"):
-            inputs = dict(
-                input_ids=ids.to(device),
-                attention_mask=torch.ones_like(ids).to(device),
-                pixel_values=positions.pixel_values.to(device, target.dtype),
-                image_grid_thw=positions.image_grid_thw.to(device),
-                mm_token_type_ids=positions.token_types(target, ids).to(device),
-            )
             extra = {}
             if row == "hf_prompt_lookup":
                 extra["prompt_lookup_num_tokens"] = int(cfg.bench.lookup_tokens)
-            out = target.generate(
-                **inputs,
-                max_new_tokens=max_new,
-                do_sample=False,
-                eos_token_id=stops or None,
-                pad_token_id=stops[0] if stops else None,
-                **extra,
-            )
-            new = out[0, ids.shape[1] :].tolist()
+            new = hf_generate(target, ids, positions, max_new, stops, **extra)
         elif row == "dflash_chain":
-            res = dflash_chain(head, WithImage(target, positions), ids.to(device), max_new, stops)
-            new = res.output_ids[0, ids.shape[1] :].tolist()
-            rounds = (sum(res.acceptance_lengths), len(res.acceptance_lengths))
+            new, rounds = dflash_generate(head, target, ids, positions, max_new, stops)
         else:
             if row == "glance_greedy":
                 out, stats = glance.greedy_generate(target, ids, max_new, **kw)
@@ -201,6 +148,7 @@ def run_row(row, cfg, target, head, processor, ids, positions, max_new, stops) -
                     budget=budget,
                     branch_k=int(cfg.branch_k),
                     extend_budget=int(cfg.decode.extend_row) if row == "glance_extend" else 0,
+                    costs=verify_costs(),
                     **kw,
                 )
             if row != "glance_greedy":
@@ -208,8 +156,6 @@ def run_row(row, cfg, target, head, processor, ids, positions, max_new, stops) -
             new = out[0, ids.shape[1] :].tolist()
         sync(device)
         ms = (time.perf_counter() - start) * 1e3
-    if stops and any(t in stops for t in new):  # transformers keeps padding after a stop
-        new = new[: min(new.index(t) for t in stops if t in new) + 1]
     return {"ids": new, "ms": ms, "new_tokens": len(new), "rounds": rounds, "peak_mib": mem.mib}
 
 
@@ -277,6 +223,7 @@ def length_curve(cfg, target, head, processor) -> dict:
                         branch_k=int(cfg.branch_k),
                         positions=positions,
                         return_stats=True,
+                        costs=verify_costs(),
                     )
                 else:
                     _, stats = glance.greedy_generate(

@@ -102,7 +102,7 @@ def task_records(cfg: DictConfig, task: DictConfig, n: int | None) -> list[dict]
     """The first ``n`` records of the task's JSONL file (all when ``None``); each
     image must exist inside the data folder. Errors name the file and line."""
     from glance._io import inside
-    from glance.toy.tasks import numbered_records
+    from glance.tasks import numbered_records
 
     data_dir = Path(cfg.paths.data)
     path = data_dir / task.file
@@ -144,11 +144,22 @@ def decode_settings(cfg: DictConfig, task: DictConfig | None = None) -> dict:
     return out
 
 
+@functools.cache
+def verify_costs():
+    """The run's :class:`glance.budget.VerifyCosts`: ``budget="auto"`` measures
+    a target's verify cost once per stage process, whatever calls it."""
+    from glance.budget import VerifyCosts
+
+    return VerifyCosts()
+
+
 def load_target(cfg: DictConfig):
     """The target and processor that the target stage resolved (``target.json``)."""
     from glance.vl import load_target as load
 
     info = read_json(Path(cfg.paths.target) / "target.json", "run `python -m stages.target` first")
+    if cfg.target.source == "toy":
+        import glance.toy.world  # noqa: F401  (registers the toy processor)
     return load(
         Path(info["path"]) if info.get("local") else info["path"],
         dtype=torch_dtype(cfg.dtype),
@@ -206,40 +217,15 @@ def filler(n_tokens: int, tokenizer) -> str:
 
 
 def prompt_inputs(processor, record: dict, data_dir, preamble: str = ""):
-    """Processor inputs and :class:`~glance.vl.VisionPositions` for one record:
-    one user turn, question (after the optional preamble) then image."""
+    """:func:`glance.vl.chat_inputs` for one task record: its question (after
+    the optional preamble), then its image."""
     from PIL import Image
 
-    from glance.vl import VisionPositions
+    from glance.vl import chat_inputs
 
     with Image.open(Path(data_dir) / record["image"]) as img:
         image = img.convert("RGB")
-    messages = [
-        {
-            "role": "user",
-            "content": [
-                {"type": "text", "text": preamble + record["prompt"]},
-                {"type": "image", "image": image},
-            ],
-        }
-    ]
-    inputs = processor.apply_chat_template(
-        messages, add_generation_prompt=True, tokenize=True, return_dict=True, return_tensors="pt"
-    )
-    positions = VisionPositions(
-        inputs["pixel_values"], inputs["image_grid_thw"], inputs.get("mm_token_type_ids")
-    )
-    return inputs["input_ids"], positions
-
-
-def stop_ids(processor, target) -> list[int]:
-    """End-of-turn and end-of-text ids the output stops at."""
-    tok = getattr(processor, "tokenizer", processor)
-    ids = {tok.convert_tokens_to_ids(t) for t in ("<|im_end|>", "<|endoftext|>")}
-    eos = target.generation_config.eos_token_id
-    ids |= set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
-    unk = getattr(tok, "unk_token_id", None)
-    return sorted(i for i in ids if isinstance(i, int) and i >= 0 and i != unk)
+    return chat_inputs(processor, preamble + record["prompt"], image)
 
 
 def plain(cfg: DictConfig) -> dict:

@@ -29,10 +29,10 @@ size, timings) to ``out_dir``: by default ``results/decode/<task>``, and for a
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict
 from pathlib import Path
 
+from glance.vl import stop_ids
 from stages.common import (
     app,
     decode_settings,
@@ -44,9 +44,9 @@ from stages.common import (
     prompt_inputs,
     sampling_kwargs,
     setup,
-    stop_ids,
     task_config,
     task_records,
+    verify_costs,
     write_json,
 )
 
@@ -63,85 +63,13 @@ def output_dir(cfg, task) -> Path:
     return Path(cfg.paths.results) / "decode" / task.name
 
 
-def system_summary(runs: list[dict], base: list[dict] | None, seed: int, resamples: int) -> dict:
-    """Pooled figures of one system over the measured prompts (warm-up dropped)."""
-    from glance.metrics import paired_bootstrap, pooled_tau
-
-    ms = [r["ms"] for r in runs]
-    tokens = sum(r["new_tokens"] for r in runs)
-    out = {
-        "ms_per_token": sum(ms) / tokens,
-        "tokens_per_s": 1e3 * tokens / sum(ms),
-        "new_tokens": tokens,
-    }
-    if runs[0]["rounds"] is not None:
-        out["tau"] = pooled_tau([r["committed"] for r in runs], [r["rounds"] for r in runs])
-        out["rounds"] = sum(r["rounds"] for r in runs)
-    if base is not None:
-        est = paired_bootstrap([b["ms"] for b in base], ms, seed=seed, n_resamples=resamples)
-        out["speedup"] = {"estimate": est.estimate, "low": est.low, "high": est.high}
-        out["matches_baseline"] = sum(r["ids"] == b["ids"] for r, b in zip(runs, base, strict=True))
-    return out
-
-
-def tau_ratio(tree: list[dict], chain: list[dict], cfg) -> dict:
-    """GLANCE's pooled tau over the chain's on the same prompts, with a paired
-    bootstrap interval over prompts."""
-    from glance.metrics import paired_tau_ratio
-
-    est = paired_tau_ratio(
-        [r["committed"] for r in tree],
-        [r["rounds"] for r in tree],
-        [r["committed"] for r in chain],
-        [r["rounds"] for r in chain],
-        seed=int(cfg.seed),
-        n_resamples=int(cfg.decode.bootstrap),
-    )
-    return {"estimate": est.estimate, "low": est.low, "high": est.high}
-
-
-def speed_ratio(chain: list[dict], tree: list[dict], cfg) -> dict:
-    """The chain's time over a tree row's on the same prompts (above 1: the tree
-    is faster), with a paired bootstrap interval over prompts."""
-    from glance.metrics import paired_bootstrap
-
-    est = paired_bootstrap(
-        [r["ms"] for r in chain],
-        [r["ms"] for r in tree],
-        seed=int(cfg.seed),
-        n_resamples=int(cfg.decode.bootstrap),
-    )
-    return {"estimate": est.estimate, "low": est.low, "high": est.high}
-
-
-def regime(measured: dict, rounds: list[dict], block: int) -> dict:
-    """Where the task sits: answer lengths against the block, the target's mean
-    root entropy (GLANCE's rounds), the chain's per-offset acceptance
-    P(accept offset k | offset k reached), and the highest tau the answer
-    lengths allow (:func:`glance.metrics.tau_ceiling`)."""
-    from glance.metrics import offset_acceptance, tau_ceiling
-
-    lengths = [r["new_tokens"] for r in measured["ar"]]
-    glance_rounds = [r for r in rounds if r["system"] == "glance"]
-    chain_rounds = [r for r in rounds if r["system"] == "chain"]
-    out = {
-        "new_tokens_per_answer": sum(lengths) / len(lengths),
-        "tau_ceiling": tau_ceiling(lengths, block),
-        "root_entropy": sum(r["entropy"] for r in glance_rounds) / max(1, len(glance_rounds)),
-    }
-    if chain_rounds:
-        out["chain_offset_acceptance"] = offset_acceptance(
-            [r["accepted"] for r in chain_rounds], [r["cap"] for r in chain_rounds], block - 1
-        )
-    return out
-
-
 @app
 def main(cfg) -> None:
     from tqdm import tqdm
 
     import glance
     from glance.metrics import drop_warmup
+    from glance.results import regime, speed_ratio, system_summary, tau_ratio, write_rounds
 
     setup(cfg)
     task = task_config(cfg)
@@ -192,6 +120,7 @@ def main(cfg) -> None:
                     budget="auto" if kind == "auto" else budget,
                     branch_k=branch_k,
                     extend_budget=extend if kind == "extend" else run["extend_budget"],
+                    costs=verify_costs(),
                     **kw_t,
                 )
             speculative = kind != "ar"
@@ -207,6 +136,7 @@ def main(cfg) -> None:
             if speculative and i > 0:  # the warm-up prompt's rounds are not reported
                 rounds += [{"prompt": i, "system": system, **asdict(r)} for r in stats.rounds]
     measured = {s: list(drop_warmup(runs[s])) for s in systems}
+    stat = (int(cfg.seed), int(cfg.decode.bootstrap))  # paired-bootstrap seed and resamples
     summary = {
         "task": task.name,
         "target": cfg.target.name,
@@ -227,12 +157,7 @@ def main(cfg) -> None:
         "cap": int(head.block_size) - 1,
         "regime": regime(measured, rounds, int(head.block_size)),
         "systems": {
-            s: system_summary(
-                measured[s],
-                None if base is None else measured[base],
-                int(cfg.seed),
-                int(cfg.decode.bootstrap),
-            )
+            s: system_summary(measured[s], None if base is None else measured[base], *stat)
             for s, (base, _, _) in systems.items()
         },
     }
@@ -244,20 +169,18 @@ def main(cfg) -> None:
     }
     if cfg.chain:
         ratios = {
-            t: tau_ratio(measured[name], measured[name.replace("glance", "chain", 1)], cfg)
+            t: tau_ratio(measured[name], measured[name.replace("glance", "chain", 1)], *stat)
             for t, name in glance_rows.items()
         }
         summary["tree_over_chain"] = ratios[f"{temperature:g}"]["estimate"]
         summary["tree_over_chain_interval"] = ratios[f"{temperature:g}"]
         summary["tree_over_chain_by_temperature"] = ratios
         summary["speed_over_chain"] = {
-            name: speed_ratio(measured["chain"], measured[name], cfg)
+            name: speed_ratio(measured["chain"], measured[name], *stat)
             for name in ("glance", "glance_auto")
             if name in measured
         }
-    from glance._io import atomic_write_text
-
-    atomic_write_text(out_dir / "rounds.jsonl", "".join(json.dumps(r) + "\n" for r in rounds))
+    write_rounds(out_dir / "rounds.jsonl", rounds)
     write_json(out_dir / "summary.json", summary)
     g = summary["systems"]["glance"]
     log.info(

@@ -13,34 +13,12 @@ example every round at the cap) is reported with the reason instead of numbers.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 
+from glance.results import read_rounds
 from stages.common import app, log, read_json, setup, write_json
-
-
-def read_rounds(path: Path, system: str = "glance") -> tuple[np.ndarray, ...]:
-    """Entropy, accepted and effective cap of each round of ``system``.
-
-    ``accepted`` is clipped to the cap: drafted tokens accepted past the end of
-    the output (after its stop token) never count."""
-    entropy, accepted, cap = [], [], []
-    with open(path, encoding="utf-8") as f:
-        for number, line in enumerate(f, 1):
-            try:
-                r = json.loads(line)
-                if r["system"] == system:
-                    entropy.append(float(r["entropy"]))
-                    cap.append(int(r["cap"]))
-                    accepted.append(min(int(r["accepted"]), cap[-1]))
-            except (json.JSONDecodeError, KeyError, TypeError, ValueError) as err:
-                raise ValueError(
-                    f"{path}:{number}: expected a round record with system, entropy, "
-                    f"accepted and cap ({err})"
-                ) from err
-    return np.array(entropy), np.array(accepted, dtype=np.int64), np.array(cap, dtype=np.int64)
 
 
 def fit(entropy, accepted, cap) -> dict:

@@ -1,7 +1,7 @@
 """Write ``params.yaml``: the composition of ``conf/`` with any overrides, resolved.
 
     python -m stages.params                       # after editing conf/
-    python -m stages.params decode.budget=31      # what `dvc exp run -S` does
+    python -m stages.params budget=31      # what `dvc exp run -S` does
 
 It composes exactly as DVC does with Hydra composition enabled (``.dvc/config``),
 so the committed ``params.yaml`` and DVC's agree; a test checks that they do.

@@ -6,65 +6,15 @@
 folder); they are checked and copied in, so DVC tracks what was decoded. Every
 record must parse, its image must stay inside the folder and open with Pillow,
 its prompt must fit the target's positions with the task's ``max_new_tokens``,
-and each file needs ``decode.n + 1`` records. On any failure the old data
+and each file needs ``n + 1`` records. On any failure the old data
 folder is left as it was.
 """
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 from stages.common import app, log, setup, write_json
-
-
-def check_image(path: Path, where: str) -> None:
-    """Refuse, naming ``where``, an image Pillow cannot decode or an empty one."""
-    from PIL import Image, UnidentifiedImageError
-
-    try:
-        with Image.open(path) as img:
-            img.load()
-            width, height = img.size
-    except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as err:
-        raise ValueError(f"{where}: not an image Pillow can read ({err})") from err
-    except Image.DecompressionBombError as err:
-        raise ValueError(f"{where}: image too large ({err})") from err
-    if width == 0 or height == 0:
-        raise ValueError(f"{where}: empty image ({width}x{height})")
-
-
-def copy_folder(source: Path, tasks, fill: Path, need: int = 1) -> dict:
-    """Check and copy ``<task>.jsonl`` and their images from ``source`` into
-    ``fill``. Each record must parse, its image must stay inside the folder and
-    open with Pillow, and each file needs at least ``need`` records; errors
-    name the file and line."""
-    from glance._io import inside
-    from glance.toy.tasks import numbered_records
-
-    counts = {}
-    for task in tasks:
-        path = source / f"{task}.jsonl"
-        if not path.is_file():
-            raise FileNotFoundError(f"{path}: missing task file (prepare.source={source})")
-        records = numbered_records(path)
-        if len(records) < need:
-            raise ValueError(
-                f"{path}: {len(records)} records; the pipeline needs at least {need} "
-                "(decode.n measured prompts and one warm-up)"
-            )
-        for number, r in records:
-            where = f"{path}:{number}: image {r['image']!r}"
-            image = inside(source, r["image"], where)
-            if not image.is_file():
-                raise FileNotFoundError(f"{where} not found")
-            check_image(image, where)
-            target = inside(fill, r["image"], where)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(image, target)
-        shutil.copyfile(path, fill / path.name)
-        counts[task] = len(records)
-    return counts
 
 
 def check_lengths(cfg, data: Path, names) -> str:
@@ -80,11 +30,13 @@ def check_lengths(cfg, data: Path, names) -> str:
     from transformers import AutoConfig
 
     from glance._io import checkpoint_path
-    from glance.toy.tasks import numbered_records
+    from glance.tasks import numbered_records
     from glance.vl import load_processor
     from stages.common import prompt_inputs, task_by_name
 
     t = cfg.target
+    if t.source == "toy":
+        import glance.toy.world  # noqa: F401  (registers the toy processor)
     if t.get("retrain") or not t.path:
         return "not checked here: the target is trained after prepare"
     try:
@@ -122,10 +74,10 @@ def main(cfg) -> None:
     setup(cfg)
     source = str(cfg.prepare.source)
     summary = {"source": source, "tasks": {}}
-    need = int(cfg.decode.n) + 1
+    need = int(cfg.n) + 1
     if source == "toy" and int(cfg.prepare.n) < need:
         raise SystemExit(
-            f"prepare.n: expected at least decode.n + 1 = {need} toy examples per task; "
+            f"prepare.n: expected at least n + 1 = {need} toy examples per task; "
             f"got {cfg.prepare.n}"
         )
 
@@ -139,6 +91,8 @@ def main(cfg) -> None:
                 write_task(task, cfg.prepare.n, tmp, cfg.prepare.seed)
                 summary["tasks"][task] = int(cfg.prepare.n)
         else:
+            from glance.tasks import copy_folder
+
             summary["tasks"] = copy_folder(Path(source), cfg.tasks, tmp, need)
             summary["lengths"] = check_lengths(cfg, tmp, cfg.tasks)
         write_json(tmp / "data.json", summary)

@@ -18,17 +18,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def speed_table(bench: dict) -> str:
-    """The bench's main rows as markdown, with where and how they were measured."""
-    from stages.bench import markdown
-
+def speed_table(bench: dict, table: str) -> str:
+    """The bench's table (``results/bench.md``), with where and how it was measured."""
     head = (
         f"Measured by `python -m stages.bench` on `{bench['target']}` ({bench['device']}, "
         f"{bench['dtype']}), budget {bench['budget']}, branch_k {bench['branch_k']}, "
         f"{bench['n']} prompts per task after a warm-up; speedups are against "
         "transformers' greedy `generate` with 95% paired-bootstrap intervals.\n\n"
     )
-    return head + markdown(bench)
+    return head + table
 
 
 def law_table(law: dict) -> str:
@@ -55,7 +53,7 @@ def blocks(results: Path) -> dict[str, str]:
     """Each marked block's text, from the files in ``results``."""
     read = lambda name: (results / name).read_text(encoding="utf-8")  # noqa: E731
     return {
-        "bench": speed_table(json.loads(read("bench.json"))),
+        "bench": speed_table(json.loads(read("bench.json")), read("bench.md")),
         "regime": read("regime_table.md"),
         "seeds": read("seeds_table.md"),
         "main": read("main_table.md"),

@@ -56,18 +56,9 @@ class Task:
 
 @dataclass
 class Decode:
-    budget: Any = 63  # an int, or "auto" (OmegaConf has no int-or-str type)
-    branch_k: int = 8
-    timing: str = "decode_only"
-    n: int = 20
-    max_new_tokens: int | None = None
-    chain: bool = True
-    context: int = 0
     bootstrap: int = 2000
-    temperature: float = 0.0
     top_p: float = 1.0
     top_k: int = 0
-    extend_budget: int = 0
     sampled: list[float] = field(default_factory=list)
     extend_row: int = 0
     auto_row: bool = True
@@ -225,21 +216,15 @@ _ARTICLE = {
 def check_ranges(cfg: DictConfig) -> None:
     """The ranges the types cannot say (see the README's parameter notes)."""
     d = cfg.decode
-    for key in ("budget",):
-        budget(f"decode.{key}", d[key])
-        budget(key, cfg[key])
-    for key, low in (("branch_k", 1), ("n", 1), ("context", 0), ("extend_budget", 0)):
-        integer(f"decode.{key}", d[key], low, MAX_BUDGET if "budget" in key else None)
-        integer(key, cfg[key], low, MAX_BUDGET if "budget" in key else None)
-    for key in ("max_new_tokens",):
-        for name, value in ((f"decode.{key}", d[key]), (key, cfg[key])):
-            if value is not None:
-                integer(name, value, 1)
-    for name, value in (("decode.timing", d.timing), ("timing", cfg.timing)):
-        if value not in TIMINGS:
-            _fail(name, value, f"one of {TIMINGS}")
-    for name, value in (("decode.temperature", d.temperature), ("temperature", cfg.temperature)):
-        number(name, value, 0)
+    budget("budget", cfg.budget)
+    for key, low in (("branch_k", 1), ("n", 1), ("context", 0)):
+        integer(key, cfg[key], low)
+    integer("extend_budget", cfg.extend_budget, 0, MAX_BUDGET)
+    if cfg.max_new_tokens is not None:
+        integer("max_new_tokens", cfg.max_new_tokens, 1)
+    if cfg.timing not in TIMINGS:
+        _fail("timing", cfg.timing, f"one of {TIMINGS}")
+    number("temperature", cfg.temperature, 0)
     for i, t in enumerate(d.sampled):
         number(f"decode.sampled[{i}]", t, 0, open_low=True)
     number("decode.top_p", d.top_p, 0, 1, open_low=True)

@@ -16,8 +16,8 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from glance._io import replace_dir
-from glance.toy.tasks import read_task, render
-from stages.prepare import copy_folder
+from glance.tasks import copy_folder, read_task
+from glance.toy.tasks import render
 
 EXAMPLES = settings(
     max_examples=500,

@@ -262,6 +262,7 @@ def tree_run(target, head):
     )
 
 
+@pytest.mark.slow
 def test_exact_distribution_is_spread(small):
     joint = exact_first_three(small[0], EXACT_SETTINGS)
     assert abs(joint.sum() - 1) < 1e-9
@@ -269,6 +270,7 @@ def test_exact_distribution_is_spread(small):
     assert (joint * SAMPLES >= 5).sum() >= 100 and joint.max() < 0.1
 
 
+@pytest.mark.slow
 def test_autoregressive_sampling_is_exact(small):
     target, _ = small
     samples = draw_samples(
@@ -277,6 +279,7 @@ def test_autoregressive_sampling_is_exact(small):
     assert chi_square(samples, exact_first_three(target, EXACT_SETTINGS)) > 1e-3
 
 
+@pytest.mark.slow
 def test_tree_sampling_is_exact(small):
     target, head = small
     # Another seed than the autoregressive test's: with the same one the coupled
@@ -285,6 +288,7 @@ def test_tree_sampling_is_exact(small):
     assert chi_square(samples, exact_first_three(target, EXACT_SETTINGS)) > 1e-3
 
 
+@pytest.mark.slow
 def test_a_wrong_walk_fails_the_same_test(small, monkeypatch):
     """Descending to the child the target finds most probable, instead of the
     child its draw lands on, skews the output; the test must see it."""
@@ -305,6 +309,6 @@ def test_a_wrong_walk_fails_the_same_test(small, monkeypatch):
         return np.array(path, dtype=np.int64), bonus
 
     target, head = small
-    monkeypatch.setattr(glance.decode, "_walk", most_probable_child)
+    monkeypatch.setattr(glance.decode, "walk", most_probable_child)
     samples = draw_samples(tree_run(target, head), 2027)
     assert chi_square(samples, exact_first_three(target, EXACT_SETTINGS)) < 1e-8

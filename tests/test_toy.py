@@ -9,18 +9,18 @@ import pytest
 import torch
 from PIL import Image
 
+from glance.tasks import read_task
 from glance.toy import tasks as T
 from glance.toy.world import (
     Encoder,
     TargetSize,
     TrainConfig,
     build_processor,
-    chat_inputs,
     glyph_table,
     page_pixels,
     train_target,
 )
-from glance.vl import load_target
+from glance.vl import chat_inputs, load_target
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +33,7 @@ def data(tmp_path_factory):
 
 def test_task_files_parse_and_images_match_their_text(data):
     for task in T.TASKS:
-        records = T.read_task(data / f"{task}.jsonl")
+        records = read_task(data / f"{task}.jsonl")
         assert len(records) == 4
         for r in records:
             assert set(r) >= {"image", "prompt", "answer"}
@@ -51,10 +51,10 @@ def test_task_files_parse_and_images_match_their_text(data):
 def test_tasks_are_deterministic_and_grounded(data, tmp_path):
     T.write_task("docvqa", 4, tmp_path, seed=3)
     assert (tmp_path / "docvqa.jsonl").read_text() == (data / "docvqa.jsonl").read_text()
-    for r in T.read_task(data / "docvqa.jsonl"):
+    for r in read_task(data / "docvqa.jsonl"):
         for line in r["lines"]:  # every field and its value is copied off the page
             assert line + " " in r["answer"]
-    for r in T.read_task(data / "chartqa.jsonl"):
+    for r in read_task(data / "chartqa.jsonl"):
         values = " ".join(r["lines"]).split()
         copied = [item.split()[:2] for item in r["answer"].rstrip(".").split(", ")]
         assert [v for pair in copied for v in pair] == values
@@ -122,7 +122,7 @@ def test_bad_task_file_names_the_line(tmp_path):
     path = tmp_path / "bad.jsonl"
     path.write_text('{"image": "a.png", "prompt": "p"}\n{"prompt": "q"}\n')
     with pytest.raises(ValueError, match=r"bad\.jsonl:2: missing field\(s\) \['image'\]"):
-        T.read_task(path)
+        read_task(path)
 
 
 def test_tokenizer_round_trips():
@@ -139,10 +139,10 @@ def test_tokenizer_round_trips():
 def test_processor_matches_the_training_encoding():
     processor = build_processor()
     ex = T.make_example("chartqa", np.random.default_rng(0))
-    inputs = chat_inputs(processor, ex.prompt, T.render(ex.lines))
-    assert inputs["input_ids"][0].tolist() == Encoder(processor.tokenizer).prompt(ex.prompt)
-    assert torch.equal(inputs["pixel_values"].float(), page_pixels(ex.lines, glyph_table()))
-    assert inputs["image_grid_thw"].tolist() == [[1, T.ROWS, T.COLS]]
+    ids, positions = chat_inputs(processor, ex.prompt, T.render(ex.lines))
+    assert ids[0].tolist() == Encoder(processor.tokenizer).prompt(ex.prompt)
+    assert torch.equal(positions.pixel_values.float(), page_pixels(ex.lines, glyph_table()))
+    assert positions.image_grid_thw.tolist() == [[1, T.ROWS, T.COLS]]
 
 
 def test_saved_target_loads_like_a_real_checkpoint(tmp_path):
@@ -159,8 +159,8 @@ def test_saved_target_loads_like_a_real_checkpoint(tmp_path):
         == 1
     )
     ex = T.make_example("docvqa", np.random.default_rng(1))
-    inputs = chat_inputs(processor, ex.prompt, T.render(ex.lines))
-    assert inputs["input_ids"].shape[1] == len(Encoder(processor.tokenizer).prompt(ex.prompt))
+    ids, _ = chat_inputs(processor, ex.prompt, T.render(ex.lines))
+    assert ids.shape[1] == len(Encoder(processor.tokenizer).prompt(ex.prompt))
 
 
 def test_toy_head_trains_on_regenerated_answers_and_decodes_losslessly(tmp_path):

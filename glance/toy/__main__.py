@@ -68,7 +68,7 @@ def cmd_evaluate(args) -> dict:
     summary = {"target": evaluate_target(target, processor, args.data, args.n)}
     if args.head:
         head = glance.load_block_head(args.head, target=target)
-        decoding = evaluate_decoding(target, processor, head, args.data, args.n)
+        decoding = evaluate_decoding(target, processor, head, args.data, n=args.n)
         rounds = [r for t in decoding.values() for r in t.pop("rounds")]
         entropy, accepted = np.array(rounds).T
         law = DraftabilityLaw.fit(entropy, accepted.astype(int), cap=int(head.block_size) - 1)

@@ -31,6 +31,7 @@ from glance.toy.tasks import (
     make_example,
     render,
 )
+from glance.vl import register_processor
 
 SPECIAL = (
     "<|endoftext|>",
@@ -96,6 +97,11 @@ def processor_class():
             ProcessorMixin.__init__(self, image_processor, tokenizer, chat_template=chat_template)
 
     return GlanceToyProcessor
+
+
+# Checkpoints saved with this processor name it in processor_config.json;
+# glance.vl.load_target finds it here once this module is imported.
+register_processor("GlanceToyProcessor", processor_class)
 
 
 def build_processor():
@@ -382,23 +388,6 @@ def _train_phase(model, encoder, table, cfg: TrainConfig, seed: int, bar) -> dic
     }
 
 
-def chat_inputs(processor, prompt: str, image):
-    """Processor inputs for one user turn, question before image, as in real use."""
-    messages = [
-        {
-            "role": "user",
-            "content": [{"type": "text", "text": prompt}, {"type": "image", "image": image}],
-        }
-    ]
-    return processor.apply_chat_template(
-        messages,
-        add_generation_prompt=True,
-        tokenize=True,
-        return_dict=True,
-        return_tensors="pt",
-    )
-
-
 def evaluate_target(model, processor, data_dir, n: int | None = None) -> dict:
     """Per task on held-out JSONL files: how the target's greedy answer follows
     the task, and its mean answer entropy.
@@ -414,8 +403,9 @@ def evaluate_target(model, processor, data_dir, n: int | None = None) -> dict:
     from PIL import Image
 
     import glance
-    from glance.toy.tasks import STYLES, read_task, score_answer
-    from glance.vl import VisionPositions
+    from glance.tasks import read_task
+    from glance.toy.tasks import STYLES, score_answer
+    from glance.vl import chat_inputs
 
     data_dir = Path(data_dir)
     encoder = Encoder(processor.tokenizer)
@@ -426,20 +416,17 @@ def evaluate_target(model, processor, data_dir, n: int | None = None) -> dict:
         totals = dict.fromkeys(("copied", "grounded", "allowed", "free"), 0)
         entropies, lengths = [], []
         for r in records:
-            inputs = chat_inputs(processor, r["prompt"], Image.open(data_dir / r["image"]))
-            positions = VisionPositions(
-                inputs["pixel_values"], inputs["image_grid_thw"], inputs.get("mm_token_type_ids")
+            prompt, positions = chat_inputs(
+                processor, r["prompt"], Image.open(data_dir / r["image"])
             )
             ids = glance.greedy_generate(
                 model,
-                inputs["input_ids"],
+                prompt,
                 len(r["answer"]) + 8,
                 positions=positions,
                 stop_token_ids=[encoder.end],
             )
-            text = processor.tokenizer.decode(
-                ids[0, inputs["input_ids"].shape[1] :], skip_special_tokens=True
-            )
+            text = processor.tokenizer.decode(ids[0, prompt.shape[1] :], skip_special_tokens=True)
             lengths.append(len(text))
             for key, value in score_answer(r["parts"], STYLES[task], text).items():
                 totals[key] += value
@@ -496,6 +483,7 @@ def evaluate_decoding(
     processor,
     head,
     data_dir,
+    *,
     n: int,
     budget: int = 63,
     branch_k: int = 8,
@@ -509,8 +497,8 @@ def evaluate_decoding(
     tree's per-round ``(entropy, accepted)`` pairs for fitting the law.
     """
     import glance
-    from glance.toy.tasks import read_task
-    from glance.vl import VisionPositions
+    from glance.tasks import read_task
+    from glance.vl import positions_from
 
     end = processor.tokenizer.convert_tokens_to_ids("<|im_end|>")
     block = int(head.block_size)
@@ -526,9 +514,7 @@ def evaluate_decoding(
                 return_dict=True,
                 return_tensors="pt",
             )
-            pos = VisionPositions(
-                inputs["pixel_values"], inputs["image_grid_thw"], inputs.get("mm_token_type_ids")
-            )
+            pos = positions_from(inputs)
             ids = inputs["input_ids"]
             kw = dict(positions=pos, stop_token_ids=[end], return_stats=True)
             want = glance.greedy_generate(

@@ -33,6 +33,7 @@ def _text_kwargs(hidden, layers, vocab=VOCAB, **extra):
 
 def build_target(
     kind: str,
+    *,
     seed: int = 0,
     std: float = 0.08,
     hidden: int = 64,
@@ -135,6 +136,7 @@ def build_target(
 
 def build_head(
     target,
+    *,
     seed: int = 1,
     block_size: int = 8,
     layers: int = 1,
@@ -246,3 +248,40 @@ class OracleHead(torch.nn.Module):
             else:
                 logits[row, right] = 10.0
         return logits.reshape(*positions.shape, self.vocab)
+
+
+class ScriptedDrafter:
+    """A :class:`~glance.drafter.Drafter` that is no model at all: at each
+    offset it proposes ``reference[p]`` (``p``, the offset's sequence index)
+    first, except at offsets in ``corrupt``, where a wrong token leads and the
+    right one is second. The other candidates are the next ids in the
+    vocabulary. It shows that the decoder needs nothing of a drafter but the
+    protocol."""
+
+    def __init__(self, reference, vocab: int, width: int = 4, max_depth: int = 7, corrupt=()):
+        self.reference, self.vocab = list(reference), int(vocab)
+        self.width, self.max_depth, self.corrupt = int(width), int(max_depth), frozenset(corrupt)
+        self.calls = []  # (root, length, depth) of every proposal
+
+    def start(self, hidden_states) -> None:
+        self.calls.clear()
+
+    def advance(self, hidden_states, rows) -> None:
+        pass
+
+    def propose(self, root: int, length: int, depth: int):
+        import numpy as np
+
+        self.calls.append((root, length, depth))
+        ids = np.empty((depth, self.width), dtype=np.int64)
+        for j in range(depth):
+            p = length + 1 + j
+            right = self.reference[p] if p < len(self.reference) else 0
+            row = [(right + i) % self.vocab for i in range(self.width)]
+            if j + 1 in self.corrupt and self.width > 1:
+                row[0], row[1] = row[1], row[0]
+            ids[j] = row
+        # a confident first choice: the whole spine outranks every side branch
+        probs = np.array([0.9] + [0.1 / 2**i for i in range(1, self.width)])[: self.width]
+        logprobs = np.log(probs)[None].repeat(depth, axis=0)
+        return ids, logprobs

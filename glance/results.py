@@ -1,0 +1,128 @@
+"""What a decoding run writes, and how it is read back.
+
+A *run* is one call of a decoder on one prompt, recorded as a dict with
+``ids`` (the new tokens), ``ms`` (wall time), ``new_tokens``, ``committed``
+and ``rounds`` (``None`` for a decoder that does not draft). The stages pool
+runs per system into the summary's schema (:func:`system_summary`), compare
+systems with paired bootstrap intervals over prompts (:func:`tau_ratio`,
+:func:`speed_ratio`), and log every round to ``rounds.jsonl``
+(:func:`write_rounds`, :func:`read_rounds`).
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from glance._io import atomic_write_text
+
+__all__ = [
+    "read_rounds",
+    "regime",
+    "speed_ratio",
+    "system_summary",
+    "tau_ratio",
+    "write_rounds",
+]
+
+
+def write_rounds(path, records) -> None:
+    """One JSON record per round (each a dict with at least ``system``,
+    ``entropy``, ``accepted`` and ``cap``), written atomically."""
+    atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in records))
+
+
+def read_rounds(path, system: str = "glance") -> tuple[np.ndarray, ...]:
+    """Entropy, accepted and effective cap of each round of ``system``.
+
+    ``accepted`` is clipped to the cap: drafted tokens accepted past the end of
+    the output (after its stop token) never count."""
+    entropy, accepted, cap = [], [], []
+    with open(path, encoding="utf-8") as f:
+        for number, line in enumerate(f, 1):
+            try:
+                r = json.loads(line)
+                if r["system"] == system:
+                    entropy.append(float(r["entropy"]))
+                    cap.append(int(r["cap"]))
+                    accepted.append(min(int(r["accepted"]), cap[-1]))
+            except (json.JSONDecodeError, KeyError, TypeError, ValueError) as err:
+                raise ValueError(
+                    f"{path}:{number}: expected a round record with system, entropy, "
+                    f"accepted and cap ({err})"
+                ) from err
+    return np.array(entropy), np.array(accepted, dtype=np.int64), np.array(cap, dtype=np.int64)
+
+
+def system_summary(runs: list[dict], base: list[dict] | None, seed: int, resamples: int) -> dict:
+    """Pooled figures of one system over the measured prompts (warm-up dropped)."""
+    from glance.metrics import paired_bootstrap, pooled_tau
+
+    ms = [r["ms"] for r in runs]
+    tokens = sum(r["new_tokens"] for r in runs)
+    out = {
+        "ms_per_token": sum(ms) / tokens,
+        "tokens_per_s": 1e3 * tokens / sum(ms),
+        "new_tokens": tokens,
+    }
+    if runs[0]["rounds"] is not None:
+        out["tau"] = pooled_tau([r["committed"] for r in runs], [r["rounds"] for r in runs])
+        out["rounds"] = sum(r["rounds"] for r in runs)
+    if base is not None:
+        est = paired_bootstrap([b["ms"] for b in base], ms, seed=seed, n_resamples=resamples)
+        out["speedup"] = {"estimate": est.estimate, "low": est.low, "high": est.high}
+        out["matches_baseline"] = sum(r["ids"] == b["ids"] for r, b in zip(runs, base, strict=True))
+    return out
+
+
+def tau_ratio(tree: list[dict], chain: list[dict], seed: int, resamples: int) -> dict:
+    """GLANCE's pooled tau over the chain's on the same prompts, with a paired
+    bootstrap interval over prompts."""
+    from glance.metrics import paired_tau_ratio
+
+    est = paired_tau_ratio(
+        [r["committed"] for r in tree],
+        [r["rounds"] for r in tree],
+        [r["committed"] for r in chain],
+        [r["rounds"] for r in chain],
+        seed=seed,
+        n_resamples=resamples,
+    )
+    return {"estimate": est.estimate, "low": est.low, "high": est.high}
+
+
+def speed_ratio(chain: list[dict], tree: list[dict], seed: int, resamples: int) -> dict:
+    """The chain's time over a tree row's on the same prompts (above 1: the tree
+    is faster), with a paired bootstrap interval over prompts."""
+    from glance.metrics import paired_bootstrap
+
+    est = paired_bootstrap(
+        [r["ms"] for r in chain],
+        [r["ms"] for r in tree],
+        seed=seed,
+        n_resamples=resamples,
+    )
+    return {"estimate": est.estimate, "low": est.low, "high": est.high}
+
+
+def regime(measured: dict, rounds: list[dict], block: int) -> dict:
+    """Where the task sits: answer lengths against the block, the target's mean
+    root entropy (GLANCE's rounds), the chain's per-offset acceptance
+    P(accept offset k | offset k reached), and the highest tau the answer
+    lengths allow (:func:`glance.metrics.tau_ceiling`)."""
+    from glance.metrics import offset_acceptance, tau_ceiling
+
+    lengths = [r["new_tokens"] for r in measured["ar"]]
+    glance_rounds = [r for r in rounds if r["system"] == "glance"]
+    chain_rounds = [r for r in rounds if r["system"] == "chain"]
+    out = {
+        "new_tokens_per_answer": sum(lengths) / len(lengths),
+        "tau_ceiling": tau_ceiling(lengths, block),
+        "root_entropy": sum(r["entropy"] for r in glance_rounds) / max(1, len(glance_rounds)),
+    }
+    if chain_rounds:
+        out["chain_offset_acceptance"] = offset_acceptance(
+            [r["accepted"] for r in chain_rounds], [r["cap"] for r in chain_rounds], block - 1
+        )
+    return out
