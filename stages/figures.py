@@ -33,6 +33,9 @@ def save_figure(fig, path: Path) -> None:
     os.close(fd)
     try:
         fig.savefig(tmp, dpi=130, bbox_inches="tight")
+        mask = os.umask(0)
+        os.umask(mask)
+        os.chmod(tmp, 0o666 & ~mask)  # as a plain open() would, not mkstemp's 0600
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

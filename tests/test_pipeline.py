@@ -358,6 +358,13 @@ def test_repro_writes_every_declared_output(repro):
     for png in ("law", "tree_vs_chain", "context", "budget", "verify_cost", "length", "host_share"):
         data = (repro / "figures" / f"{png}.png").read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
+    # every written file has the mode a plain open() gives under the umask
+    mask = os.umask(0)
+    os.umask(mask)
+    for folder in ("figures", "results", "data"):
+        for path in (repro / folder).rglob("*"):
+            want = (0o777 if path.is_dir() else 0o666) & ~mask
+            assert path.stat().st_mode & 0o777 == want, (path, oct(path.stat().st_mode))
     # every stage that dvc.yaml declares ran: each foreach item and matrix cell is in the lock
     for name in stages:
         assert any(k == name or k.startswith(f"{name}@") for k in lock), name
