@@ -29,8 +29,9 @@ DFlash head in :class:`~glance.drafter.BlockDrafter`.
 Timing (``timing=``): ``"decode_only"`` opens the clock after the prefill and
 after the first round's draft pass; ``"legacy"`` opens it before the prefill.
 Both synchronise the device before each read; a run without stats reads no
-clock at all (except ``budget="auto"``, which weighs the draft pass's time). ``ms_per_token`` divides the
-window by every new token, the prefill's included, as dflash does.
+clock at all (except ``budget="auto"``, which weighs the draft pass's time).
+``ms_per_token`` divides the window by every new token, the prefill's
+included, as dflash does.
 """
 
 from __future__ import annotations
