@@ -619,7 +619,8 @@ def speculate(
         laps.mark("start")
         depth = min(drafter.max_depth, req.room)
         ids, logprobs = drafter.propose(at.root, at.length, depth)
-        window_start = laps.mark("draft") if window_start is None else window_start
+        drafted_at = laps.mark("draft")
+        window_start = drafted_at if window_start is None else window_start
         tree = planner.plan(ids, logprobs, laps.ms("start", "draft"))
         drafted, room = len(tree), min(drafter.max_depth, req.room - depth) if extend else 0
         caps.append((len(req.new), depth + max(room, 0)))

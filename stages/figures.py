@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from glance._io import _umask
 from stages.common import app, log, read_json, setup, write_json
 
 
@@ -33,9 +34,7 @@ def save_figure(fig, path: Path) -> None:
     os.close(fd)
     try:
         fig.savefig(tmp, dpi=130, bbox_inches="tight")
-        mask = os.umask(0)
-        os.umask(mask)
-        os.chmod(tmp, 0o666 & ~mask)  # as a plain open() would, not mkstemp's 0600
+        os.chmod(tmp, 0o666 & ~_umask())  # as a plain open() would, not mkstemp's 0600
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -129,6 +129,37 @@ def test_a_scripted_drafter_decodes_losslessly(world, corrupt):
         assert stats.tau > 1 + min(corrupt)
 
 
+def test_every_round_times_its_parts(world):
+    """Each round, not only the first, records its draft, tree and verify time."""
+    _, stats = glance.generate(
+        world.head,
+        world.target,
+        world.input_ids,
+        N_NEW,
+        budget=15,
+        positions=world.positions,
+        return_stats=True,
+    )
+    assert len(stats.rounds) > 1
+    for r in stats.rounds:
+        assert r.draft_ms > 0 and r.tree_ms > 0 and r.verify_ms > 0, r
+        assert r.host_ms >= r.tree_ms
+
+
+def test_generate_takes_a_drafter_in_place_of_a_head(world):
+    reference = world.reference[0].tolist()
+    vocab = world.target.config.get_text_config().vocab_size
+    out = glance.generate(
+        tiny.ScriptedDrafter(reference, vocab, corrupt=(3,)),
+        world.target,
+        world.input_ids,
+        N_NEW,
+        budget=15,
+        positions=world.positions,
+    )
+    assert out[0].tolist() == reference[: world.input_ids.shape[1] + N_NEW]
+
+
 def test_a_scripted_drafter_samples_exactly(world):
     reference = world.reference[0].tolist()
     vocab = world.target.config.get_text_config().vocab_size
