@@ -44,7 +44,7 @@ import torch
 
 from glance.budget import AUTO_SIZES, AcceptanceScale, VerifyCost, VerifyCosts, choose_budget
 from glance.cache import KVCache
-from glance.drafter import BlockDrafter, Drafter
+from glance.drafter import BlockDrafter, Drafter, TreeDrafter
 from glance.head import check_head_extends
 from glance.sampling import Sampling, Uniforms, draw
 from glance.tree import CandidateTree, accept_path, first_nodes, search_tree, tree_mask
@@ -357,7 +357,9 @@ class Options:
     ``timing``: ``"decode_only"`` or ``"legacy"``. ``sampling``: greedy, or
     temperature with top-k and top-p. ``extend_budget``: 0 (off) or up to this
     many nodes past the block per round. ``return_stats``: also return
-    :class:`Stats`.
+    :class:`Stats`. ``accept``: ``"exact"`` (the lossless walk, the default)
+    or, by name only, one of the LOSSY rules of ``glance.relaxed.RULES``
+    (greedy only), whose output is not the target's.
     """
 
     max_new_tokens: int
@@ -367,6 +369,7 @@ class Options:
     sampling: Sampling = GREEDY
     extend_budget: int = 0
     return_stats: bool = False
+    accept: str = "exact"
 
     def __post_init__(self):
         if isinstance(self.max_new_tokens, bool) or not isinstance(self.max_new_tokens, int):
@@ -383,6 +386,15 @@ class Options:
         _count("extend_budget", self.extend_budget, 0)
         if self.timing not in TIMINGS:
             raise ValueError(f"timing must be one of {TIMINGS}; got {self.timing!r}")
+        if self.accept != "exact":
+            from glance.relaxed import RULES
+
+            if self.accept not in RULES:
+                raise ValueError(
+                    f'accept must be "exact" or a lossy rule of {RULES}; got {self.accept!r}'
+                )
+            if not self.sampling.greedy:
+                raise ValueError(f"accept={self.accept!r} is a greedy rule; temperature must be 0")
 
 
 @dataclass
@@ -568,6 +580,16 @@ class _Planner:
         self.scale = AcceptanceScale() if cost is not None else None
         self.predicted = 0.0
 
+    def draft(self, drafter, at: Cursor, depth: int, laps: _Laps) -> tuple:
+        """The drafter's proposal, timed; a tree drafter's tree, or a table's
+        ``(ids, logprobs)``."""
+        if isinstance(drafter, TreeDrafter):
+            tree = drafter.draft_tree(at.root, at.length, depth, self.budget)
+            return tree, laps.mark("draft")
+        ids, logprobs = drafter.propose(at.root, at.length, depth)
+        drafted_at = laps.mark("draft")
+        return self.plan(ids, logprobs, laps.ms("start", "draft")), drafted_at
+
     def plan(self, ids: np.ndarray, logprobs: np.ndarray, draft_ms: float) -> CandidateTree:
         if self.cost is None:
             return search_tree(ids, logprobs, self.budget)
@@ -602,6 +624,8 @@ def speculate(
     """
     req = _request(target, input_ids, options, positions, generator)
     clock, sampling, extend = req.clock, options.sampling, options.extend_budget
+    _check_drafter(drafter, options)
+    accept = walk if options.accept == "exact" else _relaxed(options.accept)
     cache = KVCache(target.config)
     start = clock()
     at = _prefill(target, drafter, req, cache)
@@ -618,10 +642,8 @@ def speculate(
         laps = _Laps(clock)
         laps.mark("start")
         depth = min(drafter.max_depth, req.room)
-        ids, logprobs = drafter.propose(at.root, at.length, depth)
-        drafted_at = laps.mark("draft")
+        tree, drafted_at = planner.draft(drafter, at, depth, laps)
         window_start = drafted_at if window_start is None else window_start
-        tree = planner.plan(ids, logprobs, laps.ms("start", "draft"))
         drafted, room = len(tree), min(drafter.max_depth, req.room - depth) if extend else 0
         caps.append((len(req.new), depth + max(room, 0)))
         if room >= 1:
@@ -631,7 +653,7 @@ def speculate(
         inputs = verify_inputs(target, tree, at)
         laps.mark("tree")
         out = verify(target, cache, inputs)
-        path, bonus = walk(tree, out.logits[0], sampling, req.uniforms)
+        path, bonus = accept(tree, out.logits[0], sampling, req.uniforms)
         laps.mark("verify")
         planner.learn(int((path < drafted).sum()))  # the prediction knew the first tree only
         committed, done = _cut(tree.tokens[path].tolist() + [bonus], req.room, req.stops)
@@ -652,6 +674,24 @@ def speculate(
     return req.finish((prefill_end - start) * 1e3, window)
 
 
+def _check_drafter(drafter, options: Options) -> None:
+    if not isinstance(drafter, Drafter | TreeDrafter):
+        raise TypeError(f"drafter must be a Drafter or a TreeDrafter; got {type(drafter).__name__}")
+    if isinstance(drafter, TreeDrafter) and (options.budget == "auto" or options.extend_budget):
+        raise ValueError(
+            f"{type(drafter).__name__} grows its own tree: budget must be an int and "
+            f"extend_budget 0; got budget={options.budget!r}, "
+            f"extend_budget={options.extend_budget}"
+        )
+
+
+def _relaxed(rule: str):
+    """A lossy walk with :func:`walk`'s signature (greedy only)."""
+    from glance.relaxed import relaxed_walk
+
+    return lambda tree, logits, sampling, uniforms: relaxed_walk(tree, logits, rule)
+
+
 def _prefill(target, drafter: Drafter, req: _Request, cache: KVCache):
     """The prompt through the target: the first token (the root) and the
     drafter started on the prompt's hidden states."""
@@ -666,7 +706,10 @@ def _prefill(target, drafter: Drafter, req: _Request, cache: KVCache):
     )
     root = _next(out.logits[0, -1], req.options.sampling, req.uniforms)
     req.new.append(root)
-    drafter.start(out.hidden_states)
+    if isinstance(drafter, TreeDrafter):
+        drafter.start(out.hidden_states, req.input_ids)
+    else:
+        drafter.start(out.hidden_states)
     return Cursor(root, req.input_ids.shape[1], req.positions, delta)
 
 
@@ -688,13 +731,15 @@ def generate(
     generator=None,
     extend_budget: int = 0,
     costs: VerifyCosts | None = None,
+    accept: str = "exact",
 ):
     """Decode with a budget tree per round; at temperature 0, exactly greedy,
     and otherwise an exact sample of the target (see ``glance.sampling``).
 
     Args:
         head: a ``dflash.DFlashDraftModel`` that fits ``target``, or any
-            :class:`~glance.drafter.Drafter` (then ``branch_k`` is its own).
+            :class:`~glance.drafter.Drafter` or `~glance.drafter.TreeDrafter`
+            (then ``branch_k`` is its own).
         target: the frozen target model.
         input_ids: ``(1, n)`` prompt ids.
         max_new_tokens: exact cap on new tokens, ``>= 1``.
@@ -722,6 +767,8 @@ def generate(
         costs: a :class:`~glance.budget.VerifyCosts` book that keeps
             ``budget="auto"``'s measured verify costs across calls; without it
             each call measures them again.
+        accept: ``"exact"`` (lossless). Any other value must name a LOSSY rule
+            of ``glance.relaxed.RULES``; its output is not the target's.
 
     Returns:
         ``(1, n + new)`` token ids on the CPU, prompt included; with
@@ -735,8 +782,9 @@ def generate(
         sampling=Sampling(temperature, top_p, top_k),
         extend_budget=extend_budget,
         return_stats=return_stats,
+        accept=accept,
     )
-    if isinstance(head, Drafter):
+    if isinstance(head, Drafter | TreeDrafter):
         drafter = head
     else:
         drafter = BlockDrafter(head, target, _count("branch_k", branch_k, 1))

@@ -21,7 +21,7 @@ from glance.cache import KVCache
 from glance.head import check_head_fits, context_features, lm_head, noise_embedding
 from glance.tree import CandidateTree, search_tree, spine_leaf, splice
 
-__all__ = ["BlockDrafter", "Drafter"]
+__all__ = ["BlockDrafter", "Drafter", "TreeDrafter"]
 
 
 @runtime_checkable
@@ -46,6 +46,29 @@ class Drafter(Protocol):
     def advance(self, hidden_states, rows: torch.Tensor) -> None:
         """Read the verify pass's hidden states at ``rows`` (the root and the
         accepted nodes), before the next :meth:`propose`."""
+
+
+@runtime_checkable
+class TreeDrafter(Protocol):
+    """Proposes a whole tree per round, for drafters whose candidates at one
+    depth depend on the tokens chosen above them (an autoregressive head
+    growing a dynamic tree, :class:`glance.eagle.EagleDrafter`). The decoder
+    verifies, walks and commits it exactly as a planned tree, so the output
+    stays lossless.
+    """
+
+    width: int
+    max_depth: int
+
+    def start(self, hidden_states, input_ids: torch.Tensor) -> None:
+        """Read the prefill's hidden states and the prompt's ``(1, n)`` ids."""
+
+    def draft_tree(self, root: int, length: int, depth: int, budget: int) -> CandidateTree:
+        """At most ``budget`` nodes at most ``depth`` deep after ``root``, which
+        sits at sequence index ``length``; prefix-closed, packed parents-first."""
+
+    def advance(self, hidden_states, rows: torch.Tensor) -> None:
+        """As :meth:`Drafter.advance`; ``rows`` index the latest tree's rows."""
 
 
 class BlockDrafter:
