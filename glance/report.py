@@ -1,0 +1,377 @@
+"""The paper's tables and panels, drawn from the stages' JSON outputs.
+
+Tables come back as ``(data, markdown)``; panels are drawn with the
+``matplotlib.pyplot`` module the caller passes (with the backend it chose) and
+saved atomically. ``stages/figures.py`` reads the inputs and writes the files.
+Needs numpy, and matplotlib for the panels.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from glance._io import _umask
+
+__all__ = [
+    "budget_panel",
+    "context_panel",
+    "cost_curves",
+    "law_panel",
+    "main_table",
+    "regime_table",
+    "sampling_table",
+    "save_figure",
+    "seeds_table",
+    "tree_over_chain_panel",
+]
+
+
+def save_figure(fig, path) -> None:
+    """Save ``fig`` as a PNG at ``path`` atomically, with the umask's mode."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".png", dir=path.parent)
+    os.close(fd)
+    try:
+        fig.savefig(tmp, dpi=130, bbox_inches="tight")
+        os.chmod(tmp, 0o666 & ~_umask())  # as a plain open() would, not mkstemp's 0600
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _num(x) -> str:
+    """A figure for a label; NaN (written to JSON as null) shows as n/a."""
+    return "n/a" if x is None else f"{x:.2f}"
+
+
+def main_table(summaries: dict) -> tuple[dict, str]:
+    """Per task: the baseline's ms per token, then tau and speedup over it for
+    the chain, GLANCE and GLANCE with ``budget="auto"``, and auto's speed over
+    the chain's with its paired interval; geometric means across tasks."""
+    from glance.metrics import geometric_mean
+
+    systems = ("chain", "glance", "glance_auto")
+    rows, speedups = {}, {k: [] for k in systems}
+    for task, s in summaries.items():
+        row = {"ar": {"tau": 1.0, "ms_per_token": s["systems"]["ar"]["ms_per_token"]}}
+        for system in systems:
+            if system in s["systems"]:
+                x = s["systems"][system]
+                row[system] = {"tau": x["tau"], "speedup": x["speedup"]}
+                speedups[system].append(x["speedup"]["estimate"])
+        row["speed_over_chain"] = s.get("speed_over_chain", {})
+        rows[task] = row
+    geo = {k: geometric_mean(v) for k, v in speedups.items() if v}
+    table = {"tasks": rows, "geometric_mean_speedup": geo}
+
+    def cell(row, system):
+        if system not in row:
+            return "n/a | n/a"
+        sp = row[system]["speedup"]
+        return (
+            f"{row[system]['tau']:.2f} | {sp['estimate']:.2f}x [{sp['low']:.2f}, {sp['high']:.2f}]"
+        )
+
+    def over_chain(row):
+        r = row["speed_over_chain"].get("glance_auto")
+        return f"{r['estimate']:.2f}x [{r['low']:.2f}, {r['high']:.2f}]" if r else "n/a"
+
+    lines = [
+        "| task | AR ms/token | chain tau | chain speedup | GLANCE tau | GLANCE speedup | "
+        "auto tau | auto speedup | auto over chain |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for task, row in rows.items():
+        lines.append(
+            f"| {task} | {row['ar']['ms_per_token']:.2f} | {cell(row, 'chain')} | "
+            f"{cell(row, 'glance')} | {cell(row, 'glance_auto')} | {over_chain(row)} |"
+        )
+    means = " | | ".join(f"{geo[k]:.2f}x" if k in geo else "n/a" for k in systems)
+    lines.append(f"| geometric mean | | | {means} | |")
+    return table, "\n".join(lines) + "\n"
+
+
+def regime_table(summaries: dict) -> tuple[dict, str]:
+    """Where each task sits (issue: a world where drafting is the bottleneck):
+    answer length, the highest tau those lengths allow, the target's mean root
+    entropy, the chain's and GLANCE's tau, GLANCE's share of the ceiling, the
+    tree/chain tau ratio with its paired interval, and the chain's per-offset
+    acceptance at offsets 1, 2, 4, 8 and 15."""
+    rows = {}
+    for task, s in summaries.items():
+        reg = s.get("regime", {})
+        ratio = s.get("tree_over_chain_interval")
+        glance_tau = s["systems"]["glance"]["tau"]
+        rows[task] = {
+            "new_tokens_per_answer": reg.get("new_tokens_per_answer"),
+            "tau_ceiling": reg.get("tau_ceiling"),
+            "root_entropy": reg.get("root_entropy"),
+            "chain_tau": s["systems"].get("chain", {}).get("tau"),
+            "glance_tau": glance_tau,
+            "glance_share_of_ceiling": glance_tau / reg["tau_ceiling"] if reg else None,
+            "tree_over_chain": ratio,
+            "chain_offset_acceptance": reg.get("chain_offset_acceptance"),
+        }
+    lines = [
+        "| task | new tokens / answer | tau ceiling | root entropy (nats) | chain tau | "
+        "GLANCE tau | GLANCE / ceiling | tree / chain [95%] | chain P(accept k), k=1,2,4,8,15 |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for task, r in rows.items():
+        ratio = r["tree_over_chain"]
+        ratio_txt = (
+            f"{ratio['estimate']:.2f} [{ratio['low']:.2f}, {ratio['high']:.2f}]" if ratio else "n/a"
+        )
+        acc = r["chain_offset_acceptance"] or []
+        picks = " / ".join(_num(acc[k - 1]) if k <= len(acc) else "n/a" for k in (1, 2, 4, 8, 15))
+        lines.append(
+            f"| {task} | {_num(r['new_tokens_per_answer'])} | {_num(r['tau_ceiling'])} | "
+            f"{r['root_entropy']:.3f} | {_num(r['chain_tau'])} | {_num(r['glance_tau'])} | "
+            f"{_num(r['glance_share_of_ceiling'])} | {ratio_txt} | {picks} |"
+        )
+    return {"tasks": rows}, "\n".join(lines) + "\n"
+
+
+def seeds_table(draws: dict) -> tuple[dict, str]:
+    """The regime rows of each task-set draw side by side: answer length, root
+    entropy, chain and GLANCE tau, and the tree/chain ratio with its interval."""
+    lines = [
+        "| draw | task | new tokens / answer | root entropy | chain tau | GLANCE tau | "
+        "tree / chain [95%] |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for draw, rows in draws.items():
+        for task, r in rows.items():
+            ratio = r["tree_over_chain"]
+            ratio_txt = (
+                f"{ratio['estimate']:.2f} [{ratio['low']:.2f}, {ratio['high']:.2f}]"
+                if ratio
+                else "n/a"
+            )
+            lines.append(
+                f"| {draw} | {task} | {_num(r['new_tokens_per_answer'])} | "
+                f"{r['root_entropy']:.3f} | {_num(r['chain_tau'])} | {_num(r['glance_tau'])} | "
+                f"{ratio_txt} |"
+            )
+    return {"draws": draws}, "\n".join(lines) + "\n"
+
+
+def sampling_table(summaries: dict) -> tuple[dict, str]:
+    """Per task, GLANCE's tau at each temperature run, and with ``extend_budget``
+    against without (both at the decode temperature), with the speedups."""
+    temps = {t for s in summaries.values() for t in s.get("glance_by_temperature", {})}
+    temps = sorted(temps, key=float)
+    rows = {}
+    for task, s in summaries.items():
+        names = s.get("glance_by_temperature", {})
+        row = {
+            "tau_by_temperature": {t: s["systems"][n]["tau"] for t, n in names.items()},
+            "speedup_by_temperature": {
+                t: s["systems"][n]["speedup"]["estimate"] for t, n in names.items()
+            },
+            "tree_over_chain_by_temperature": s.get("tree_over_chain_by_temperature", {}),
+        }
+        if "glance_extend" in s["systems"]:
+            x = s["systems"]["glance_extend"]
+            row["extend"] = {
+                "extend_budget": s["extend_row"],
+                "tau": x["tau"],
+                "tau_without": s["systems"]["glance"]["tau"],
+                "speedup": x["speedup"]["estimate"],
+                "speedup_without": s["systems"]["glance"]["speedup"]["estimate"],
+            }
+        rows[task] = row
+    head = " | ".join(f"tau T={t} (tree / chain)" for t in temps)
+    lines = [
+        f"| task | {head} | tau, extend_budget on / off | speedup, on / off |",
+        "|---|" + "---|" * len(temps) + "---|---|",
+    ]
+    for task, row in rows.items():
+        ratios = row["tree_over_chain_by_temperature"]
+        taus = " | ".join(
+            _num(row["tau_by_temperature"].get(t))
+            + (f" ({ratios[t]['estimate']:.2f}x)" if t in ratios else "")
+            for t in temps
+        )
+        e = row.get("extend")
+        ext = (
+            f"{e['tau']:.2f} / {e['tau_without']:.2f} | "
+            f"{e['speedup']:.2f}x / {e['speedup_without']:.2f}x"
+            if e
+            else "n/a | n/a"
+        )
+        lines.append(f"| {task} | {taus} | {ext} |")
+    return {"temperatures": temps, "tasks": rows}, "\n".join(lines) + "\n"
+
+
+def cost_curves(plt, bench: dict, figures) -> None:
+    """The bench's cost curves: ``verify_cost.png`` (pass time against tree
+    size), ``length.png`` (ms per token against output length) and
+    ``host_share.png`` (the host's share of a round against the budget)."""
+    figures = Path(figures)
+    rows = bench["budget_curve"]["rows"]
+    size = [r["tree_size"] for r in rows]
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    ax.plot(size, [r["verify_ms"] for r in rows], "o-", label="verify pass")
+    ax.plot(size, [r["draft_ms"] for r in rows], "s--", label="draft pass")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(size, [f"{n:g}" for n in size])
+    ax.minorticks_off()
+    ax.set_xlabel("tree size N (mean nodes verified per round)")
+    ax.set_ylabel("ms per pass")
+    ax.set_title(f"verify cost against tree size ({bench['device']})")
+    ax.legend(fontsize=7)
+    save_figure(fig, figures / "verify_cost.png")
+    plt.close(fig)
+
+    lc = bench["length_curve"]
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    for row in ("glance_tree", "glance_greedy"):
+        ax.plot(lc["new_tokens"], lc[row], "o-", label=row)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(lc["new_tokens"], [str(n) for n in lc["new_tokens"]])
+    ax.minorticks_off()
+    ax.set_xlabel("new tokens")
+    ax.set_ylabel("ms per token")
+    ax.plot(lc["new_tokens"], lc["glance_tree_round_ms"], "s:", label="glance_tree, ms per round")
+    ax.set_ylim(bottom=0)
+    ax.set_title(f"ms per token against output length ({lc['task']})")
+    ax.legend(fontsize=7)
+    save_figure(fig, figures / "length.png")
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    budgets = [r["budget"] for r in rows]
+    ax.plot(budgets, [100 * r["host_share"] for r in rows], "o-")
+    ax.axhline(5.0, color="k", lw=0.8, ls=":")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(budgets, [str(b) for b in budgets])
+    ax.minorticks_off()
+    ax.set_xlabel("budget N")
+    ax.set_ylabel("host share of a round (%)")
+    ax.set_title("tree, mask, walk and compaction against budget")
+    save_figure(fig, figures / "host_share.png")
+    plt.close(fig)
+
+
+def law_panel(plt, law: dict, cap: int, path) -> None:
+    """Panel (a): mean accepted length per entropy decile, one curve per task,
+    the pooled law's curve and the ceiling's bin means, entropy on a log axis
+    (rounds at H = 0 drawn at ``floor``)."""
+    from glance.law import DraftabilityLaw
+
+    floor = 1e-4
+    fig, ax = plt.subplots(figsize=(6, 4.2))
+    for task, fitted in law["tasks"].items():
+        if "error" not in fitted:
+            passed = "holds" if fitted["holds"] else "fails"
+            ax.plot(
+                np.maximum(fitted["decile_entropy"], floor),
+                fitted["decile_accepted"],
+                "o-",
+                ms=3,
+                label=f"{task} deciles (b1 {_num(fitted['b1'])}, {passed})",
+            )
+    pooled = law["pooled"]
+    if "error" not in pooled:
+        model = DraftabilityLaw.from_dict(
+            {k: v for k, v in pooled.items() if k in DraftabilityLaw.__dataclass_fields__}
+        )
+        h = np.geomspace(floor, max(max(pooled["decile_entropy"]), 1e-3) * 1.2, 200)
+        ax.plot(
+            h,
+            model.expected(h, cap=cap),
+            "k--",
+            label=f"pooled law: b0 {_num(pooled['b0'])}, b1 {_num(pooled['b1'])}; "
+            f"holds() {'passed' if pooled['holds'] else 'failed'}",
+        )
+        if pooled.get("ceiling_entropy"):
+            ax.step(
+                np.maximum(pooled["ceiling_entropy"], floor),
+                pooled["ceiling_accepted"],
+                where="mid",
+                color="0.5",
+                lw=1,
+                label=f"ceiling: entropy-bin means (R² {_num(pooled['r2_ceiling'])}; "
+                f"law R² {_num(pooled['r2_round'])})",
+            )
+    ax.set_xscale("log")
+    ax.set_xlabel("target entropy H at the round's root (nats, log scale)")
+    ax.set_ylabel("mean accepted length a")
+    ax.set_title("(a) accepted length against entropy, by decile")
+    ax.legend(fontsize=6)
+    save_figure(fig, path)
+    plt.close(fig)
+
+
+def tree_over_chain_panel(plt, summaries: dict, budget, path) -> None:
+    """Panel (b): GLANCE's tau over the chain's per task, with its paired
+    interval, one bar per temperature."""
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    x = np.arange(len(summaries))
+    temps = sorted(
+        {t for s in summaries.values() for t in s.get("tree_over_chain_by_temperature", {})},
+        key=float,
+    )
+    width = 0.8 / max(1, len(temps))
+    for j, t in enumerate(temps):
+        rows = [s.get("tree_over_chain_by_temperature", {}).get(t) for s in summaries.values()]
+        est = np.array([r["estimate"] if r else np.nan for r in rows])
+        low = np.array([r["low"] if r else np.nan for r in rows])
+        high = np.array([r["high"] if r else np.nan for r in rows])
+        err = np.clip(np.array([est - low, high - est]), 0, None)
+        ax.bar(
+            x + (j - (len(temps) - 1) / 2) * width,
+            est,
+            width,
+            yerr=err,
+            capsize=2,
+            label=f"T = {t}",
+        )
+    ax.axhline(1.0, color="k", lw=0.8)
+    ax.set_xticks(x, list(summaries))
+    ax.set_ylabel("GLANCE tau / chain tau")
+    ax.set_title(f"(b) what width buys (N={budget}, 95% paired intervals)")
+    ax.legend(fontsize=7)
+    save_figure(fig, path)
+    plt.close(fig)
+
+
+def context_panel(plt, context: dict, task: str, path) -> None:
+    """Panel (c): the tree/chain tau ratio at each context length."""
+    fig, ax = plt.subplots(figsize=(4.5, 3.5))
+    lengths = list(context)
+    margins = [context[n]["tree_over_chain"] for n in lengths]
+    ax.bar([str(n) for n in lengths], margins, color="tab:green")
+    ax.axhline(1.0, color="k", lw=0.8)
+    ax.set_xlabel("extra context tokens")
+    ax.set_ylabel("GLANCE tau / chain tau")
+    ax.set_title(f"(c) margin over the chain ({task})")
+    save_figure(fig, path)
+    plt.close(fig)
+
+
+def budget_panel(plt, sweep: dict, task: str, path) -> None:
+    """Panel (d): GLANCE's speedup over greedy against the verifier budget,
+    with its bootstrap interval."""
+    budgets = sorted(sweep)
+    sp = [sweep[b]["systems"]["glance"]["speedup"] for b in budgets]
+    est = np.array([s["estimate"] for s in sp])
+    err = np.array([est - [s["low"] for s in sp], [s["high"] for s in sp] - est])
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    ax.errorbar(budgets, est, yerr=np.clip(err, 0, None), fmt="o-", capsize=3)
+    ax.axhline(1.0, color="k", lw=0.8)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(budgets, [str(b) for b in budgets])
+    ax.minorticks_off()
+    ax.set_xlabel("verifier budget N (tree nodes)")
+    ax.set_ylabel("speedup over greedy")
+    ax.set_title(f"(d) speedup against budget ({task})")
+    save_figure(fig, path)
+    plt.close(fig)
