@@ -89,14 +89,10 @@ class EagleConfig(PretrainedConfig):
         super().__init__(**kwargs)
 
 
-def _rotate(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:
-    """RoPE on ``x`` ``(B, H, n, d)`` at ``positions`` ``(B, n)``."""
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """RoPE on ``x`` ``(B, H, n, d)`` with ``cos``/``sin`` ``(B, 1, n, d)``."""
     d = x.shape[-1]
-    inv = theta ** (-torch.arange(0, d, 2, device=x.device, dtype=torch.float32) / d)
-    angles = positions[:, None, :, None].float() * inv
-    cos, sin = torch.cat([angles.cos()] * 2, -1), torch.cat([angles.sin()] * 2, -1)
-    half = torch.cat([-x[..., d // 2 :], x[..., : d // 2]], dim=-1)
-    return (x * cos.to(x.dtype) + half * sin.to(x.dtype)).to(x.dtype)
+    return x * cos + torch.cat([-x[..., d // 2 :], x[..., : d // 2]], dim=-1) * sin
 
 
 class EagleHead(PreTrainedModel):
@@ -113,15 +109,15 @@ class EagleHead(PreTrainedModel):
         self.fc = torch.nn.Linear(n_in, h, bias=False)
         self.embed_norm = torch.nn.RMSNorm(h, eps=eps)
         self.feature_norm = torch.nn.RMSNorm(h, eps=eps)
-        self.q_proj = torch.nn.Linear(2 * h, h, bias=False)
-        self.k_proj = torch.nn.Linear(2 * h, h, bias=False)
-        self.v_proj = torch.nn.Linear(2 * h, h, bias=False)
+        self.qkv_proj = torch.nn.Linear(2 * h, 3 * h, bias=False)
         self.o_proj = torch.nn.Linear(h, h, bias=False)
         self.post_norm = torch.nn.RMSNorm(h, eps=eps)
-        self.gate = torch.nn.Linear(h, config.intermediate_size, bias=False)
-        self.up = torch.nn.Linear(h, config.intermediate_size, bias=False)
+        self.gate_up = torch.nn.Linear(h, 2 * config.intermediate_size, bias=False)
         self.down = torch.nn.Linear(config.intermediate_size, h, bias=False)
         self.norm = torch.nn.RMSNorm(h, eps=eps)
+        d = h // config.num_attention_heads
+        inv = config.rope_theta ** (-torch.arange(0, d, 2, dtype=torch.float32) / d)
+        self.register_buffer("inv_freq", inv, persistent=False)
         self.post_init()
 
     def _init_weights(self, module):
@@ -138,35 +134,47 @@ class EagleHead(PreTrainedModel):
         """The target's concatenated layer states, mapped to one hidden state."""
         return self.fc(features)
 
-    def step(self, hidden, embedded, positions, past=None, visible=None):
-        """One decoder-layer pass: ``(out, keys, values)``.
+    def qkv(self, hidden, embedded, positions):
+        """Queries, keys and values ``(B, H, n, d)`` of one pass, RoPE applied.
 
-        ``hidden`` and ``embedded`` are ``(B, n, h)``; ``positions`` ``(B, n)``;
-        ``past`` optional ``(keys, values)`` of ``(B, H, m, d)`` placed before
-        this pass's own; ``visible`` a bool ``(B, n, m + n)`` (True: may look),
-        or ``None`` for no mask at all. ``keys``/``values`` are this pass's
-        own, rotated, for the caller to keep.
-        """
+        ``hidden`` and ``embedded`` are ``(B, n, h)``; ``positions`` ``(B, n)``."""
         b, n, h = hidden.shape
         heads = self.config.num_attention_heads
         x = torch.cat([self.embed_norm(embedded), self.feature_norm(hidden)], dim=-1)
+        q, k, v = self.qkv_proj(x).view(b, n, 3, heads, h // heads).permute(2, 0, 3, 1, 4)
+        angles = positions[:, None, :, None].to(self.inv_freq.dtype) * self.inv_freq
+        angles = torch.cat([angles, angles], dim=-1)
+        cos, sin = angles.cos().to(q.dtype), angles.sin().to(q.dtype)
+        return _rotate(q, cos, sin), _rotate(k, cos, sin), v
 
-        def split(t):
-            return t.view(b, n, heads, h // heads).transpose(1, 2)
+    def attend(self, hidden, q, keys, values, visible):
+        """The rest of the layer: attention of ``q`` over ``keys``/``values``
+        (``visible``: a bool ``(B, n, m)``, True where a query may look, or
+        ``"causal"`` for keys that are the queries' own), then the MLP."""
+        b, n, h = hidden.shape
+        if isinstance(visible, str):
+            att = F.scaled_dot_product_attention(q, keys, values, is_causal=True)
+        else:
+            att = F.scaled_dot_product_attention(q, keys, values, attn_mask=visible[:, None])
+        out = hidden + self.o_proj(att.transpose(1, 2).reshape(b, n, h))
+        gate, up = self.gate_up(self.post_norm(out)).chunk(2, dim=-1)
+        return out + self.down(F.silu(gate) * up)
 
-        theta = self.config.rope_theta
-        q = _rotate(split(self.q_proj(x)), positions, theta)
-        k = _rotate(split(self.k_proj(x)), positions, theta)
-        v = split(self.v_proj(x))
+    def step(self, hidden, embedded, positions, past=None, visible=None):
+        """One decoder-layer pass: ``(out, keys, values)``.
+
+        ``past``: optional ``(keys, values)`` ``(B, H, m, d)`` placed before
+        this pass's own; ``visible``: a bool ``(B, n, m + n)`` or ``"causal"``
+        (no ``past``) as in :meth:`attend`. ``keys``/``values`` are this
+        pass's own, rotated, for the caller to keep.
+        """
+        q, k, v = self.qkv(hidden, embedded, positions)
         keys, values = k, v
         if past is not None:
+            if isinstance(visible, str):
+                raise ValueError('visible="causal" takes no past')
             keys, values = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
-        mask = None if visible is None else visible[:, None]
-        att = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
-        out = hidden + self.o_proj(att.transpose(1, 2).reshape(b, n, h))
-        mid = self.post_norm(out)
-        out = out + self.down(F.silu(self.gate(mid)) * self.up(mid))
-        return out, k, v
+        return self.attend(hidden, q, keys, values, visible), k, v
 
     def logits(self, out: torch.Tensor, output_head) -> torch.Tensor:
         return output_head(self.norm(out))
@@ -233,8 +241,10 @@ class EagleDrafter:
     Each round: one head pass over the positions committed since the last
     round (the target's features, each with the token after it), then one
     pass per depth over the ``width`` best nodes, each attending to the
-    committed positions and its own ancestors. ``max_depth`` passes in all,
-    against one for the block head.
+    committed positions and its own ancestors. ``depth`` passes in all,
+    against one for the block head. The head's keys and values live in one
+    buffer: committed positions first, this round's drafted nodes after them
+    (overwritten next round).
     """
 
     def __init__(self, head: EagleHead, target, width: int = 8, depth: int = 8):
@@ -244,103 +254,111 @@ class EagleDrafter:
         self.head, self.target = head, target
         self.width, self.max_depth = int(width), int(depth)
         self.embed, self.output = embeddings(target), lm_head(target)
-        self.keys = self.values = None  # the head's cache: committed positions
-        self.pending = None  # features not yet in the cache
+        self.keys = self.values = None  # (1, H, capacity, d) buffers
+        self.committed = 0  # positions in the buffers that are committed
+        self.pending = None  # features not yet in the buffers
         self.next_tokens = None  # the token after each pending feature but the last
-        self._last = None  # (root, tree) of the latest round
+        self._last = None  # the latest tree
 
     def start(self, hidden_states, input_ids: torch.Tensor) -> None:
         self.keys = self.values = None
+        self.committed = 0
         self.pending = context_features(hidden_states, self.head.target_layer_ids)
         self.next_tokens = input_ids[0, 1:].to(self.pending.device)
 
     def advance(self, hidden_states, rows: torch.Tensor) -> None:
-        root, tree = self._last
         path = rows[1:].cpu().numpy() - 1
         self.pending = context_features(hidden_states, self.head.target_layer_ids)[:, rows]
-        self.next_tokens = torch.from_numpy(tree.tokens[path]).to(self.pending.device)
+        self.next_tokens = torch.from_numpy(self._last.tokens[path]).to(self.pending.device)
 
-    def _commit_pending(self, root: int, length: int) -> torch.Tensor:
-        """Run the pending positions into the cache; the last one's output."""
-        head, device = self.head, self.pending.device
-        m = self.pending.shape[1]
-        first = length - m
+    def _room(self, size: int) -> None:
+        """Buffers that hold at least ``size`` positions (doubling)."""
         have = 0 if self.keys is None else self.keys.shape[2]
-        if have != first:
-            raise RuntimeError(f"eagle cache holds {have} positions; expected {first}")
-        tokens = torch.cat([self.next_tokens, torch.tensor([root], device=device)])[None]
-        positions = torch.arange(first, length, device=device)[None]
-        visible = torch.ones(m, length, dtype=torch.bool, device=device)
-        visible[:, first:] = torch.ones(m, m, dtype=torch.bool, device=device).tril()
-        past = None if self.keys is None else (self.keys, self.values)
-        out, k, v = head.step(
-            head.fuse(self.pending), self.embed(tokens), positions, past, visible[None]
-        )
-        self.keys = k if self.keys is None else torch.cat([self.keys, k], dim=2)
-        self.values = v if self.values is None else torch.cat([self.values, v], dim=2)
-        return out[:, -1:]
+        if size <= have:
+            return
+        cfg, p = self.head.config, self.pending
+        heads = cfg.num_attention_heads
+        shape = (1, heads, max(size, 2 * have, 256), cfg.hidden_size // heads)
+        keys, values = p.new_zeros(shape), p.new_zeros(shape)
+        if self.keys is not None:
+            keys[:, :, : self.committed] = self.keys[:, :, : self.committed]
+            values[:, :, : self.committed] = self.values[:, :, : self.committed]
+        self.keys, self.values = keys, values
+
+    def _pass(self, feats, tokens, positions, start: int, visible):
+        """One head pass whose keys go to buffer slots ``start ..``; attends
+        to slots ``0 .. start + n``."""
+        head = self.head
+        q, k, v = head.qkv(feats, self.embed(tokens), positions)
+        end = start + k.shape[2]
+        self.keys[:, :, start:end], self.values[:, :, start:end] = k, v
+        return head.attend(feats, q, self.keys[:, :, :end], self.values[:, :, :end], visible)
 
     def _top(self, out: torch.Tensor):
         logp = torch.log_softmax(self.head.logits(out, self.output).float(), dim=-1)
         lp, ids = logp.topk(min(self.width, logp.shape[-1]), dim=-1)
-        return ids, lp
+        return ids, lp.double()
 
+    @torch.no_grad()
     def draft_tree(self, root: int, length: int, depth: int, budget: int) -> CandidateTree:
         """The round's tree: at most ``budget`` nodes, at most ``depth`` deep."""
-        head, device = self.head, self.pending.device
-        out = self._commit_pending(root, length)  # (1, 1, h): predicts depth 1
-        ids, lp = self._top(out[0])
-        # Every scored node: token, parent (-1: root), depth, path logprob.
-        tokens, parents, depths = ids[0].tolist(), [-1] * ids.shape[1], [1] * ids.shape[1]
-        scores = lp[0].double().tolist()
-        frontier = list(range(len(tokens)))  # node indices expanded next
-        feats = out.expand(1, len(frontier), -1)  # the output each frontier node came from
-        draft_k, draft_v, slot = None, None, {}
-        for d in range(1, depth):
-            n_old = 0 if draft_k is None else draft_k.shape[2]
-            visible = torch.zeros(len(frontier), length + n_old + len(frontier), dtype=torch.bool)
-            visible[:, :length] = True
-            for row, node in enumerate(frontier):
-                for a in ancestors_of(node, parents, slot):
-                    visible[row, length + a] = True
-                visible[row, length + n_old + row] = True
-            past_k, past_v = self.keys, self.values
-            if draft_k is not None:
-                past_k = torch.cat([past_k, draft_k], dim=2)
-                past_v = torch.cat([past_v, draft_v], dim=2)
-            tok = torch.tensor([tokens[i] for i in frontier], device=device)[None]
-            pos = torch.full((1, len(frontier)), length - 1 + d, device=device)
-            o, k, v = head.step(
-                feats, self.embed(tok), pos, (past_k, past_v), visible[None].to(device)
+        device, m = self.pending.device, self.pending.shape[1]
+        if self.committed != length - m:
+            raise RuntimeError(
+                f"eagle cache holds {self.committed} positions; expected {length - m}"
             )
-            draft_k = k if draft_k is None else torch.cat([draft_k, k], dim=2)
-            draft_v = v if draft_v is None else torch.cat([draft_v, v], dim=2)
-            for row, node in enumerate(frontier):
-                slot[node] = n_old + row
-            ids, lp = self._top(o[0])  # (len(frontier), width)
-            total = torch.tensor([scores[i] for i in frontier], dtype=torch.float64)[:, None]
-            total = total + lp.double().cpu()
-            first_new = len(tokens)
-            for row, node in enumerate(frontier):
-                tokens += ids[row].tolist()
-                parents += [node] * ids.shape[1]
-                depths += [d + 1] * ids.shape[1]
-            scores += total.reshape(-1).tolist()
-            best = torch.topk(total.reshape(-1), min(self.width, total.numel())).indices
-            frontier = [first_new + int(i) for i in best]
-            feats = o[:, [int(i) // ids.shape[1] for i in best]]
-        tree = _best_nodes(tokens, parents, depths, scores, budget)
-        self._last = (root, tree)
+        width = self.width
+        self._room(length + width * max(depth - 1, 0))
+        # The committed positions: causal among themselves, all earlier ones visible.
+        visible = torch.ones(m, length, dtype=torch.bool, device=device)
+        visible[:, length - m :] = torch.ones(m, m, dtype=torch.bool, device=device).tril()
+        tokens = torch.cat([self.next_tokens, torch.tensor([root], device=device)])[None]
+        positions = torch.arange(length - m, length, device=device)[None]
+        out = self._pass(self.head.fuse(self.pending), tokens, positions, length - m, visible[None])
+        self.committed = length
+        ids, lp = self._top(out[0, -1:])
+        # Every scored node, level by level: token, parent (-1: root), score.
+        toks, parents, scores = [ids[0]], [torch.full_like(ids[0], -1)], [lp[0]]
+        frontier = torch.arange(ids.shape[1], device=device)  # node ids, expanded next
+        parent_slot = torch.full_like(frontier, -1)  # their parents' buffer slots
+        feats = out[:, -1:].expand(1, len(frontier), -1)  # the output each came from
+        slots = width * max(depth - 1, 0)
+        ancestry = torch.zeros(slots, slots, dtype=torch.bool, device=device)
+        used, n_nodes = 0, len(frontier)
+        all_tokens, all_scores = toks[0], scores[0]
+        for d in range(1, depth):
+            k = len(frontier)
+            mine = torch.arange(used, used + k, device=device)
+            rows = torch.zeros(k, used + k, dtype=torch.bool, device=device)
+            has = parent_slot >= 0
+            rows[has, :used] = ancestry[parent_slot[has], :used]
+            rows[torch.arange(k, device=device), mine] = True
+            ancestry[mine, : used + k] = rows
+            seen = torch.cat([torch.ones(k, length, dtype=torch.bool, device=device), rows], 1)
+            pos = torch.full((1, k), length - 1 + d, device=device)
+            out = self._pass(feats, all_tokens[frontier][None], pos, length + used, seen[None])
+            used += k
+            ids, lp = self._top(out[0])  # (k, width)
+            total = (all_scores[frontier][:, None] + lp).reshape(-1)
+            toks.append(ids.reshape(-1))
+            parents.append(frontier.repeat_interleave(ids.shape[1]))
+            scores.append(total)
+            best = total.topk(min(width, total.numel())).indices
+            row = best // ids.shape[1]
+            frontier, parent_slot = n_nodes + best, mine[row]
+            feats = out[:, row]
+            n_nodes += total.numel()
+            all_tokens, all_scores = torch.cat(toks), torch.cat(scores)
+        depths = torch.cat([torch.full_like(t, i + 1) for i, t in enumerate(toks)])
+        tree = _best_nodes(
+            all_tokens.cpu().numpy(),
+            torch.cat(parents).cpu().numpy(),
+            depths.cpu().numpy(),
+            all_scores.cpu().numpy(),
+            budget,
+        )
+        self._last = tree
         return tree
-
-
-def ancestors_of(node: int, parents: list[int], slot: dict) -> list[int]:
-    """Cache slots of ``node``'s drafted ancestors (not the node itself)."""
-    out, p = [], parents[node]
-    while p >= 0:
-        out.append(slot[p])
-        p = parents[p]
-    return out
 
 
 def _best_nodes(tokens, parents, depths, scores, budget: int) -> CandidateTree:
@@ -378,21 +396,20 @@ class EagleTrainConfig:
 
 
 def _row_batch(head, rows, window: int, ttt: int):
-    """Padded tensors for rows ``(features (L, F), ids (L,), start)``:
-    ``(features, ids, valid ids, valid features, anchors)``."""
+    """End-padded tensors for rows ``(features (L, F), ids (L,), start)``:
+    ``(features, ids, valid ids, anchors)``."""
     param = next(head.parameters())
     P = max(start + window for _, _, start in rows)
     R, width = len(rows), P + ttt + 2
     feats = torch.zeros(R, P, rows[0][0].shape[1], dtype=param.dtype)
     ids_all = torch.zeros(R, width, dtype=torch.long)
     valid = torch.zeros(R, width, dtype=torch.bool)
-    inside = torch.zeros(R, P, dtype=torch.bool)
     for r, (f, ids, _) in enumerate(rows):
         n, m = min(P, f.shape[0]), min(width, ids.shape[0])
         feats[r, :n] = f[:n].to(param.dtype)
-        ids_all[r, :m], valid[r, :m], inside[r, :n] = ids[:m], True, True
+        ids_all[r, :m], valid[r, :m] = ids[:m], True
     anchors = torch.stack([torch.arange(s, s + window) for _, _, s in rows])
-    return tuple(t.to(param.device) for t in (feats, ids_all, valid, inside, anchors))
+    return tuple(t.to(param.device) for t in (feats, ids_all, valid, anchors))
 
 
 def ttt_steps(head, target, rows, window: int, ttt: int):
@@ -408,15 +425,15 @@ def ttt_steps(head, target, rows, window: int, ttt: int):
     earlier steps, as :class:`EagleDrafter` attends at depth ``j + 1``, and
     predicts ``anchor + j + 2``. ``ok`` is False past a sequence's end.
     """
-    feats, ids, valid, inside, anchors = _row_batch(head, rows, window, ttt)
+    feats, ids, valid, anchors = _row_batch(head, rows, window, ttt)
     embed, output = embeddings(target), lm_head(target)
     R, P = feats.shape[:2]
     W = anchors.shape[1]
     device = feats.device
     pos0 = torch.arange(P, device=device)[None].expand(R, P)
-    causal = torch.ones(P, P, dtype=torch.bool, device=device).tril()[None] & inside[:, None, :]
-    causal = causal | torch.eye(P, dtype=torch.bool, device=device)[None]  # padded rows see self
-    out0, k0, v0 = head.step(head.fuse(feats), embed(ids[:, 1 : P + 1]), pos0, None, causal)
+    # Rows are padded at the end, so a causal pass never lets a real position
+    # see padding, and SDPA can take its fused causal path.
+    out0, k0, v0 = head.step(head.fuse(feats), embed(ids[:, 1 : P + 1]), pos0, None, "causal")
     hidden = out0.gather(1, anchors[..., None].expand(R, W, out0.shape[-1]))
     sees0 = pos0[:, None, :] <= anchors[..., None]  # (R, W, P)
     eye = torch.eye(W, dtype=torch.bool, device=device)[None].expand(R, W, W)

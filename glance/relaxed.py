@@ -25,11 +25,10 @@ always a prefix of the relaxed one.
 from __future__ import annotations
 
 import numpy as np
-import torch
 
 from glance.tree import CandidateTree
 
-__all__ = ["RULES", "relaxed_walk"]
+__all__ = ["RULES", "first_divergence", "relaxed_walk"]
 
 RULES = ("top2", "p30", "top3")
 
@@ -37,9 +36,11 @@ _TOP_K = {"top2": 2, "top3": 3}
 _P_MIN = {"p30": 0.3}
 
 
-def _allowed(logits: torch.Tensor, rule: str) -> torch.Tensor:
+def _allowed(logits, rule: str):
     """``(1 + N, 1 + k)`` int64: per row the target's argmax, then the tokens
     ``rule`` accepts there (``-1`` pads rows with fewer)."""
+    import torch  # here, so that the rule names import without torch
+
     choice = logits.argmax(dim=-1, keepdim=True)  # as glance.decode.walk picks it
     vocab = logits.shape[-1]
     if rule in _TOP_K:
@@ -52,7 +53,7 @@ def _allowed(logits: torch.Tensor, rule: str) -> torch.Tensor:
     return torch.cat([choice, ok], dim=-1)
 
 
-def relaxed_walk(tree: CandidateTree, logits: torch.Tensor, rule: str):
+def relaxed_walk(tree: CandidateTree, logits, rule: str):
     """The path a lossy acceptance ``rule`` (one of :data:`RULES`) takes
     through ``tree``, greedy only.
 
@@ -99,3 +100,46 @@ def relaxed_walk(tree: CandidateTree, logits: torch.Tensor, rule: str):
         node = best[node + 1]
     bonus = int(allowed[path[-1] + 1 if path else 0, 0])
     return np.array(path, dtype=np.int64), bonus
+
+
+def first_divergence(target, input_ids, positions, reference, output) -> dict | None:
+    """Where ``output`` (new token ids from a lossy rule) first leaves
+    ``reference`` (the greedy ones), and how the target ranked the token
+    taken there; ``None`` when they are equal.
+
+    The target is run on the prompt plus the common prefix, so the figures
+    are the greedy decoder's own view at that step: ``rank`` of the taken
+    token (0 would be the argmax) and ``logit_gap``, the argmax's logit minus
+    the taken token's. A gap far above float32 rounding says the rule, not
+    arithmetic, made the difference.
+    """
+    import torch
+
+    from glance.vl import VisionPositions
+
+    n = min(len(reference), len(output))
+    i = next((j for j in range(n) if reference[j] != output[j]), n)
+    if i == n and len(reference) == len(output):
+        return None
+    prefix = torch.cat([input_ids[0].cpu(), torch.tensor(reference[:i], dtype=torch.long)])[None]
+    if isinstance(positions, VisionPositions) and positions.mm_token_type_ids is not None:
+        types = torch.zeros_like(prefix)
+        types[:, : input_ids.shape[1]] = positions.mm_token_type_ids
+        positions = VisionPositions(
+            positions.pixel_values, positions.image_grid_thw, types, **positions.extra
+        )
+    prefix = prefix.to(target.device)
+    kwargs = {} if positions is None else positions.prefill(target, prefix)[0]
+    with torch.no_grad():
+        logits = target(input_ids=prefix, logits_to_keep=1, **kwargs).logits[0, -1].float()
+    if i == n:  # one output stopped where the other went on
+        return {"index": i, "greedy_token": None, "token": None, "rank": None, "logit_gap": None}
+    want, took = int(reference[i]), int(output[i])
+    return {
+        "index": i,
+        "greedy_token": want,
+        "token": took,
+        "rank": int((logits > logits[took]).sum()),
+        "logit_gap": float(logits[want] - logits[took]),
+        "prob": float(torch.softmax(logits, -1)[took]),
+    }

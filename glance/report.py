@@ -17,6 +17,8 @@ import numpy as np
 from glance._io import _umask
 
 __all__ = [
+    "arms_markdown",
+    "arms_panel",
     "budget_panel",
     "context_panel",
     "cost_curves",
@@ -373,5 +375,122 @@ def budget_panel(plt, sweep: dict, task: str, path) -> None:
     ax.set_xlabel("verifier budget N (tree nodes)")
     ax.set_ylabel("speedup over greedy")
     ax.set_title(f"(d) speedup against budget ({task})")
+    save_figure(fig, path)
+    plt.close(fig)
+
+
+def _gap(x) -> str:
+    return "n/a" if x is None else f"{x:.3g}"
+
+
+def _interval(x: dict) -> str:
+    return f"{x['estimate']:.2f}x [{x['low']:.2f}, {x['high']:.2f}]"
+
+
+def arms_markdown(result: dict) -> str:
+    """The arms' two tables: every row per case (lossy rows marked), then
+    GLANCE against the EAGLE-style head and dflash's chain, with intervals."""
+    head = (
+        f"Target {result['target']} on {result['device']} ({result['dtype']}); both heads "
+        f"verify {result['budget']} draft tokens a round (GLANCE: branch_k "
+        f"{result['branch_k']}, one head pass; EAGLE-style: top-{result['width']} per depth, "
+        f"depth {result['depth']}, {result['depth']} head passes); {result['n']} prompts per "
+        "task after a warm-up. Times: decode-only window (prefill excluded); speedups over "
+        "the target's own greedy loop, 95% paired bootstrap intervals over prompts.\n"
+    )
+    lines = [
+        head,
+        "| case | row | tau | ms/token | tokens/s | speedup vs greedy | = greedy | "
+        "draft ms/round |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    cases = {**result["cases"], "pooled": result["pooled"]}
+    for case, c in cases.items():
+        for row, x in c["rows"].items():
+            tau = f"{x['tau']:.2f}" if "tau" in x else ""
+            sp = _interval(x["speedup"]) if "speedup" in x else ""
+            same = f"{x['matches_baseline']}" if "matches_baseline" in x else ""
+            draft = f"{x['draft_ms_per_round']:.2f}" if "draft_ms_per_round" in x else ""
+            name = f"{row} (lossy)" if x.get("lossy") else row
+            lines.append(
+                f"| {case} | {name} | {tau} | {x['ms_per_token']:.3f} | "
+                f"{x['tokens_per_s']:.0f} | {sp} | {same} | {draft} |"
+            )
+    lines += [
+        "",
+        "GLANCE over the others on the same prompts (above 1: GLANCE ahead):",
+        "",
+        "| case | tau / EAGLE-style | speed / EAGLE-style | end-to-end / EAGLE-style | "
+        "speed / dflash chain |",
+        "|---|---|---|---|---|",
+    ]
+    for case, c in cases.items():
+        e, d = c["vs_eagle_tree"], c["vs_dflash_chain"]
+        lines.append(
+            f"| {case} | {_interval(e['tau'])} | {_interval(e['speed'])} | "
+            f"{_interval(e['speed_end_to_end'])} | {_interval(d['speed'])} |"
+        )
+    lines += [
+        "",
+        "Lossy rules, pooled: outputs that left greedy, and at the first token where each "
+        "did, the target's logit gap between its own argmax and the token the rule took "
+        "(float32 rounding is about 1e-6; a larger gap means the rule, not arithmetic, "
+        "made the difference):",
+        "",
+        "| rule | left greedy | took a lower-ranked token | min logit gap | median logit gap |",
+        "|---|---|---|---|---|",
+    ]
+    for row, x in result["pooled"]["rows"].items():
+        if x.get("lossy"):
+            dv = x["divergence"]
+            lines.append(
+                f"| {row} | {dv['diverged']}/{dv['prompts']} | {dv['took_a_lower_ranked_token']}"
+                f" | {_gap(dv['min_logit_gap'])} | {_gap(dv['median_logit_gap'])} |"
+            )
+    sweep = result.get("budget_sweep")
+    if sweep:
+        budgets = list(sweep["glance"]["tokens_per_s"])
+        lines += [
+            "",
+            f"Each head at its own best budget ({sweep['task']}, {sweep['n']} prompts, "
+            "tokens/s, decode-only):",
+            "",
+            "| head | " + " | ".join(f"N={b}" for b in budgets) + " | best N |",
+            "|---|" + "---|" * (len(budgets) + 1),
+        ]
+        for row in ("glance", "eagle"):
+            speeds = sweep[row]["tokens_per_s"]
+            lines.append(
+                f"| {row} | "
+                + " | ".join(f"{speeds[b]:.0f}" for b in budgets)
+                + f" | {sweep[row]['best_budget']} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def arms_panel(plt, result: dict, task: str, path) -> None:
+    """Panel (c) of the paper: GLANCE's tau and speed over the EAGLE-style
+    head's on ``task`` at each context length, with paired intervals."""
+    cases = {c["context"]: c for c in result["cases"].values() if c["task"] == task}
+    lengths = sorted(cases)
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    x = np.arange(len(lengths))
+    for j, (key, label) in enumerate((("tau", "tau ratio"), ("speed", "speed ratio"))):
+        rows = [cases[n]["vs_eagle_tree"][key] for n in lengths]
+        est = np.array([r["estimate"] for r in rows])
+        err = np.clip(
+            np.array([est - [r["low"] for r in rows], [r["high"] for r in rows] - est]), 0, None
+        )
+        ax.bar(x + (j - 0.5) * 0.38, est, 0.38, yerr=err, capsize=3, label=label)
+    ax.axhline(1.0, color="k", lw=0.8)
+    ax.set_xticks(x, [str(n) for n in lengths])
+    ax.set_xlabel("extra context tokens before the question")
+    ax.set_ylabel("GLANCE / EAGLE-style (ratio)")
+    ax.set_title(
+        f"(c) GLANCE against the EAGLE-style head ({task}, N={result['budget']}, "
+        f"{result['device']}, {result['dtype']}, decode-only)",
+        fontsize=8,
+    )
+    ax.legend(fontsize=7)
     save_figure(fig, path)
     plt.close(fig)

@@ -118,6 +118,19 @@ class Bench:
 
 
 @dataclass
+class Arms:
+    path: str = "models/eagle-head"
+    tasks: list[str] = field(default_factory=list)
+    n: int = 20
+    budget: int = 32
+    width: int = 8
+    depth: int = 8
+    rules: list[str] = field(default_factory=list)
+    budgets: list[int] = field(default_factory=list)
+    train: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
 class Config:
     target: Target = field(default_factory=Target)
     head: Head = field(default_factory=Head)
@@ -145,6 +158,7 @@ class Config:
     context_sweep: ContextSweep = field(default_factory=ContextSweep)
     seed_check: SeedCheck = field(default_factory=SeedCheck)
     bench: Bench = field(default_factory=Bench)
+    arms: Arms = field(default_factory=Arms)
 
 
 def _fail(key: str, value, allowed: str):
@@ -245,6 +259,18 @@ def check_ranges(cfg: DictConfig) -> None:
         integer(f"bench.{key}", cfg.bench[key], 1)
     for i, n in enumerate(cfg.bench.lengths):
         integer(f"bench.lengths[{i}]", n, 1)
+    for key in ("n", "width", "depth"):
+        integer(f"arms.{key}", cfg.arms[key], 1)
+    integer("arms.budget", cfg.arms.budget, 1, MAX_BUDGET)
+    for i, b in enumerate(cfg.arms.budgets):
+        integer(f"arms.budgets[{i}]", b, 1, MAX_BUDGET)
+    from glance.relaxed import RULES
+
+    for i, rule in enumerate(cfg.arms.rules):
+        if rule not in RULES:
+            _fail(f"arms.rules[{i}]", rule, f"one of {RULES}")
+    for key in ("rows", "window", "ttt"):
+        integer(f"arms.train.{key}", cfg.arms.train.get(key, 1), 1)
     if "task" in cfg and cfg.task is not None:
         integer("task.max_new_tokens", cfg.task.max_new_tokens, 1)
 

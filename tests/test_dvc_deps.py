@@ -62,11 +62,15 @@ def _closure(start: str, modules: dict) -> set[str]:
     return seen
 
 
+PIPELINES = ("dvc.yaml", "stages/arms/dvc.yaml")
+
+
 def _stages():
-    for name, stage in yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"].items():
-        body = stage.get("do", stage)
-        module = re.search(r"\$\{app\}\.(\w+)", body["cmd"]).group(1)
-        yield name, f"stages.{module}", [str(d) for d in body.get("deps", [])]
+    for pipeline in PIPELINES:
+        for name, stage in yaml.safe_load((ROOT / pipeline).read_text())["stages"].items():
+            body = stage.get("do", stage)
+            module = re.search(r"\$\{app\}\.(\w+)", body["cmd"]).group(1)
+            yield name, f"stages.{module}", [str(d) for d in body.get("deps", [])]
 
 
 @pytest.mark.parametrize(("name", "module", "deps"), list(_stages()), ids=lambda x: str(x)[:20])

@@ -43,6 +43,12 @@ TINY = [
     "bench.lengths=[8,24]",
     "bench.length_n=1",
     "bench.cost_n=1",
+    "arms.n=2",
+    "arms.tasks=[docvqa,chartqa]",
+    "arms.budget=8",
+    "arms.budgets=[4,8]",
+    "arms.train.window=4",
+    "arms.train.ttt=2",
     "threads=1",
 ]
 
@@ -604,3 +610,40 @@ def test_budget_auto_runs_through_decode_audit_and_bench(repro):
     run("-m", "stages.bench", *common, "bench.tasks=[docvqa]", "bench.n=2", cwd=repro)
     bench = json.loads((repro / "results" / "bench.json").read_text())
     assert bench["budget"] == "auto"
+
+
+@pytest.mark.slow
+def test_the_arms_pipeline_runs_by_name_and_every_lossless_row_is_greedy(repro):
+    dvc = [str(Path(sys.executable).parent / "dvc")]
+    env = dict(os.environ, PYTHONPATH=str(repro))
+    proc = subprocess.run(
+        [*dvc, "repro", "--no-run-cache", "stages/arms/dvc.yaml"],
+        cwd=repro,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    eagle = json.loads((repro / "models" / "eagle-head" / "eagle.json").read_text())
+    assert eagle["train"]["steps"] == 3 and eagle["train"]["heldout_curve"]
+    arms = json.loads((repro / "results" / "arms.json").read_text())
+    assert set(arms["cases"]) == {"docvqa", "chartqa", "textvqa@context16"}
+    for case in [*arms["cases"].values(), arms["pooled"]]:
+        rows = case["rows"]
+        n = 4 if case is arms["pooled"] else case["n"]  # pooled: 2 tasks x 2 prompts
+        for row in ("glance", "eagle", "dflash_chain"):
+            assert rows[row]["matches_baseline"] == n, (row, rows[row])
+            assert not rows[row]["lossy"]
+        for rule in ("top2", "top3", "p30"):
+            x = rows[f"relaxed_{rule}"]
+            assert x["lossy"] and x["divergence"]["prompts"] == n
+            assert x["divergence"]["diverged"] == n - x["matches_baseline"]
+        for key in ("vs_eagle_tree", "vs_dflash_chain"):
+            for measure in ("tau", "speed"):
+                r = case[key][measure]
+                assert r["low"] <= r["estimate"] <= r["high"]
+    assert set(arms["budget_sweep"]["glance"]["tokens_per_s"]) == {"4", "8"} or set(
+        arms["budget_sweep"]["glance"]["tokens_per_s"]
+    ) == {4, 8}
+    assert (repro / "figures" / "arms_context.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "(lossy)" in (repro / "results" / "arms.md").read_text()

@@ -569,6 +569,47 @@ def toy_prompts(n: int, seed: int, long_share: float = 0.0, context: int = 0) ->
     return out
 
 
+def toy_corpus(
+    target,
+    processor,
+    *,
+    greedy: int,
+    sampled: int,
+    seed: int,
+    max_new_tokens: int,
+    long_share: float,
+    context: int,
+    heldout: int,
+):
+    """The heads' training data: ``(sequences, heldout_sequences, seconds)``.
+
+    The target's own answers to :func:`toy_prompts`: ``greedy`` greedy ones
+    and ``sampled`` at temperature 1; ``heldout`` more greedy answers from
+    another seed for the held-out loss curve. Every head trained on it (the
+    block head, the EAGLE-style head) sees the same sequences."""
+    from glance.train import regenerate
+
+    end = processor.tokenizer.convert_tokens_to_ids("<|im_end|>")
+    start = time.perf_counter()
+
+    def answers(n, prompt_seed, temperature=0.0, share=long_share, ctx=context):
+        return regenerate(
+            target,
+            processor,
+            toy_prompts(n, prompt_seed, share, ctx),
+            max_new_tokens,
+            temperature=temperature,
+            stop_token_id=end,
+            seed=prompt_seed,
+        )
+
+    sequences = answers(greedy, seed)
+    probe = answers(heldout, seed + 2, share=0.0, ctx=0) if heldout else []
+    if sampled:
+        sequences += answers(sampled, seed + 1, temperature=1.0)
+    return sequences, probe, time.perf_counter() - start
+
+
 def train_toy_head(
     target_dir,
     out_dir,
@@ -586,54 +627,49 @@ def train_toy_head(
     context: int = 512,
     heldout: int = 64,
 ) -> dict:
-    """Train a DFlash head for a saved toy target on the target's own answers
-    (``greedy`` greedy ones and ``sampled`` at temperature 1; see
-    :func:`toy_prompts` for ``long_share`` and ``context``) and save it to
-    ``out_dir`` (built aside, then renamed into place). ``heldout`` more greedy
-    answers, from another seed, give the held-out loss curve. Returns the
+    """Train a DFlash head for a saved toy target on :func:`toy_corpus` and
+    save it to ``out_dir`` (built aside, then renamed into place). Returns the
     training log."""
     from glance._io import replace_dir
-    from glance.train import HeadConfig, regenerate, train_head
+    from glance.train import HeadConfig, train_head
     from glance.vl import load_target
 
     torch.manual_seed(seed)
     target, processor = load_target(target_dir, dtype=torch.float32)
-    end = processor.tokenizer.convert_tokens_to_ids("<|im_end|>")
-    start = time.perf_counter()
-    sequences = regenerate(
+    sequences, probe, regen_seconds = toy_corpus(
         target,
         processor,
-        toy_prompts(greedy, seed, long_share, context),
-        max_new_tokens,
-        stop_token_id=end,
+        greedy=greedy,
+        sampled=sampled,
         seed=seed,
+        max_new_tokens=max_new_tokens,
+        long_share=long_share,
+        context=context,
+        heldout=heldout,
     )
-    probe = []
-    if heldout:
-        probe = regenerate(
-            target,
-            processor,
-            toy_prompts(heldout, seed + 2),
-            max_new_tokens,
-            stop_token_id=end,
-            seed=seed + 2,
-        )
-    if sampled:
-        sequences += regenerate(
-            target,
-            processor,
-            toy_prompts(sampled, seed + 1, long_share, context),
-            max_new_tokens,
-            temperature=1.0,
-            stop_token_id=end,
-            seed=seed + 1,
-        )
-    regen_seconds = time.perf_counter() - start
     mask = processor.tokenizer.convert_tokens_to_ids("<|mask|>")
     cfg = HeadConfig(
         block_size=block_size, layers=layers, steps=steps, seed=seed, lr=lr, mask_span=mask_span
     )
     head, log = train_head(target, sequences, mask, cfg, heldout=probe)
+    replace_dir(out_dir, head.save_pretrained)
+    log.update(regenerate_seconds=regen_seconds, sequences=len(sequences))
+    return log
+
+
+def train_toy_eagle_head(target_dir, out_dir, corpus: dict, train: dict) -> dict:
+    """Train an EAGLE-style head (:mod:`glance.eagle`) for a saved toy target on
+    the same :func:`toy_corpus` as the block head (``corpus``: its keyword
+    arguments) with ``train`` (:class:`glance.eagle.EagleTrainConfig` fields),
+    and save it to ``out_dir``. Returns the training log."""
+    from glance._io import replace_dir
+    from glance.eagle import EagleTrainConfig, train_eagle_head
+    from glance.vl import load_target
+
+    torch.manual_seed(corpus["seed"])
+    target, processor = load_target(target_dir, dtype=torch.float32)
+    sequences, probe, regen_seconds = toy_corpus(target, processor, **corpus)
+    head, log = train_eagle_head(target, sequences, EagleTrainConfig(**train), heldout=probe)
     replace_dir(out_dir, head.save_pretrained)
     log.update(regenerate_seconds=regen_seconds, sequences=len(sequences))
     return log
