@@ -18,6 +18,7 @@ from glance._io import _umask
 
 __all__ = [
     "arms_markdown",
+    "heads_markdown",
     "arms_panel",
     "budget_panel",
     "context_panel",
@@ -465,6 +466,29 @@ def arms_markdown(result: dict) -> str:
                 + " | ".join(f"{speeds[b]:.0f}" for b in budgets)
                 + f" | {sweep[row]['best_budget']} |"
             )
+    return "\n".join(lines) + "\n"
+
+
+#: the paper's controlled-heads figures: GLANCE's tau over the EAGLE-3 head's
+PAPER_TAU_RATIO = {"pooled": 2.7, "chartqa": 4.0}
+
+
+def heads_markdown(result: dict) -> str:
+    """The controlled head comparison: per task and pooled, each head's tau at
+    the same verified budget and GLANCE's ratio with its paired interval,
+    beside the paper's figure where it gives one."""
+    lines = [
+        "| task | GLANCE tau | EAGLE-style tau | GLANCE / EAGLE-style | paper |",
+        "|---|---|---|---|---|",
+    ]
+    cases = {k: c for k, c in result["cases"].items() if c["context"] == 0}
+    for case, c in {**cases, "pooled": result["pooled"]}.items():
+        rows = c["rows"]
+        paper = PAPER_TAU_RATIO.get(case)
+        lines.append(
+            f"| {case} | {rows['glance']['tau']:.2f} | {rows['eagle']['tau']:.2f} | "
+            f"{_interval(c['vs_eagle_tree']['tau'])} | {f'{paper}x' if paper else ''} |"
+        )
     return "\n".join(lines) + "\n"
 
 

@@ -6,7 +6,8 @@ Each table sits between ``<!-- NAME:start -->`` and ``<!-- NAME:end -->``
 markers: ``bench`` (the speed table, from ``results/bench.json``), ``regime``
 (where the toy world sits, ``results/regime_table.md``), ``seeds`` (other task
 draws, ``results/seeds_table.md``), ``main`` (``results/main_table.md``) and
-``law`` (``results/law.json``). A test checks that the README matches the
+``law`` (``results/law.json``), ``heads`` and ``arms`` (the comparison arms,
+``results/arms.json`` and ``arms.md``). A test checks that the README matches the
 committed results.
 """
 
@@ -14,6 +15,8 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+
+from glance.report import heads_markdown
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -58,6 +61,8 @@ def blocks(results: Path) -> dict[str, str]:
         "seeds": read("seeds_table.md"),
         "main": read("main_table.md"),
         "law": law_table(json.loads(read("law.json"))),
+        "heads": heads_markdown(json.loads(read("arms.json"))),
+        "arms": read("arms.md"),
     }
 
 
