@@ -422,14 +422,15 @@ def arms_markdown(result: dict) -> str:
         "GLANCE over the others on the same prompts (above 1: GLANCE ahead):",
         "",
         "| case | tau / EAGLE-style | speed / EAGLE-style | end-to-end / EAGLE-style | "
-        "speed / dflash chain |",
-        "|---|---|---|---|---|",
+        "end-to-end / dflash chain | end-to-end / two-model |",
+        "|---|---|---|---|---|---|",
     ]
     for case, c in cases.items():
-        e, d = c["vs_eagle_tree"], c["vs_dflash_chain"]
+        e, d, t = c["vs_eagle_tree"], c["vs_dflash_chain"], c.get("vs_two_model")
         lines.append(
             f"| {case} | {_interval(e['tau'])} | {_interval(e['speed'])} | "
-            f"{_interval(e['speed_end_to_end'])} | {_interval(d['speed'])} |"
+            f"{_interval(e['speed_end_to_end'])} | {_interval(d['speed_end_to_end'])} | "
+            f"{_interval(t['speed_end_to_end']) if t else ''} |"
         )
     lines += [
         "",

@@ -11,6 +11,8 @@ Rows, on the same prompts in one process, interleaved prompt by prompt:
 * ``eagle``: the EAGLE-style head's dynamic tree (``arms.width`` expanded per
   depth, ``arms.depth`` deep) at the same ``arms.budget`` verified tokens;
 * ``dflash_chain``: ``dflash``'s own chain with the block head;
+* ``two_model``: ``transformers``' assisted generation with a smaller toy VLM
+  trained on the same tasks (``stages.assistant``) as the drafter;
 * ``relaxed_<rule>`` for each of ``arms.rules``: GLANCE's tree walked with a
   LOSSY rule of ``glance.relaxed``. These are marked lossy, and each output
   that leaves greedy is explained: where it first did, the target's rank of
@@ -20,11 +22,17 @@ Rows, on the same prompts in one process, interleaved prompt by prompt:
 Then each head at each of ``arms.budgets`` on ``sweep.task``, for each
 system's own best budget.
 
+Lossless means greedy here: a ``glance`` or ``eagle`` output that differs
+from ``greedy`` fails the stage, naming the case, prompt, row and first
+differing token, unless a second greedy run (the control) differs too.
+
 Same engine, same target, same verify and walk for the two heads: one head
 pass per round for GLANCE against ``arms.depth`` for EAGLE. Every task runs at
 context 0, and ``context_sweep.task`` again at each of ``context_sweep``'s
 non-zero lengths (panel (c)). Times use the decode-only window (as DFlash and
-DDTree report, prefill excluded); ``end_to_end`` ratios include the prefill.
+DDTree report, prefill excluded) for GLANCE's decoders; ``dflash_chain`` and
+``two_model`` run other libraries' loops and are timed end to end, prefill
+included, so their ratios are read from the ``end_to_end`` columns.
 Writes ``results/arms.json``, ``results/arms.md`` and ``figures/arms_context.png``
 (GLANCE over the EAGLE-style head at each context length).
 """
@@ -59,8 +67,11 @@ def run_row(row: str, models: dict, cfg, ids, positions, max_new: int, stops, *,
     a, target, head = cfg.arms, models["target"], models["head"]
     kw = dict(positions=positions, stop_token_ids=stops, return_stats=True)
     start = time.perf_counter()
-    if row == "dflash_chain":
-        new, (committed, rounds) = dflash_generate(head, target, ids, positions, max_new, stops)
+    if row in ("dflash_chain", "two_model"):
+        if row == "dflash_chain":
+            new, (committed, rounds) = dflash_generate(head, target, ids, positions, max_new, stops)
+        else:
+            new, (committed, rounds) = assisted(models, ids, positions, max_new, stops)
         wall = (time.perf_counter() - start) * 1e3
         return {
             "ids": new,
@@ -99,6 +110,49 @@ def run_row(row: str, models: dict, cfg, ids, positions, max_new: int, stops, *,
         "rounds": len(stats.rounds) if drafts else None,
         "draft_ms": sum(r.draft_ms for r in stats.rounds) / len(stats.rounds) if drafts else None,
     }
+
+
+#: rows that go through GLANCE's verify and walk: any output that differs
+#: from greedy fails the stage, unless greedy itself is not reproducible there
+GATED = ("glance", "eagle")
+
+
+def gate(models: dict, cfg, prompt, runs: dict, where: str) -> None:
+    """Fail naming the row, the prompt and the first differing token when a
+    gated row's latest output differs from greedy's and a second greedy run
+    (the control) agrees with the first."""
+    greedy = runs["greedy"][-1]["ids"]
+    for row in GATED:
+        got = runs[row][-1]["ids"]
+        if got == greedy:
+            continue
+        control = run_row("greedy", models, cfg, *prompt)["ids"]
+        if control != greedy:
+            log.warning("%s: greedy is not reproducible here; %s not gated", where, row)
+            continue
+        i = next((j for j, (x, y) in enumerate(zip(got, greedy, strict=False)) if x != y), None)
+        i = min(len(got), len(greedy)) if i is None else i
+        raise SystemExit(
+            f"{where}: row {row} differs from greedy at new token {i} "
+            f"({got[i] if i < len(got) else 'end'} against "
+            f"{greedy[i] if i < len(greedy) else 'end'}); the greedy control agrees with greedy"
+        )
+
+
+def assisted(models: dict, ids, positions, max_new: int, stops):
+    """Assisted generation: the new ids and ``(committed, rounds)``, a round
+    being one target call after the prefill (counted with a forward hook)."""
+    from glance.baselines import hf_generate
+
+    target, calls = models["target"], []
+    hook = target.register_forward_hook(lambda *_: calls.append(1))
+    try:
+        new = hf_generate(
+            target, ids, positions, max_new, stops, assistant_model=models["assistant"]
+        )
+    finally:
+        hook.remove()
+    return new, (len(new) - 1, len(calls) - 1)
 
 
 def diverge(models: dict, ids, positions, runs: dict, lossy: set) -> None:
@@ -166,7 +220,8 @@ def summarise(runs: dict, seed: int, resamples: int, lossy: set) -> dict:
         if row in lossy:
             s["divergence"] = divergence_summary(calls)
         out["rows"][row] = s
-    for other, key in (("eagle", "vs_eagle_tree"), ("dflash_chain", "vs_dflash_chain")):
+    others = (("eagle", "vs_eagle_tree"), ("dflash_chain", "vs_dflash_chain"))
+    for other, key in (*others, ("two_model", "vs_two_model")):
         out[key] = {
             "tau": tau_ratio(m["glance"], m[other], seed, resamples),
             "speed": speed_ratio(m[other], m["glance"], seed, resamples),
@@ -182,6 +237,7 @@ def main(cfg) -> None:
     from glance._io import atomic_write_text
     from glance.eagle import load_eagle_head
     from glance.report import arms_markdown, arms_panel
+    from glance.vl import load_target as load_vl
 
     setup(cfg)
     a = cfg.arms
@@ -190,9 +246,11 @@ def main(cfg) -> None:
         "target": target,
         "head": load_head(cfg, target),
         "eagle": load_eagle_head(Path(a.path), target=target),
+        "assistant": load_vl(Path(a.assistant.path), dtype=target.dtype, device=cfg.device)[0],
     }
     stops = stop_ids(processor, target)
-    rows = ["greedy", "glance", "eagle", "dflash_chain"] + [f"relaxed_{r}" for r in a.rules]
+    rows = ["greedy", "glance", "eagle", "dflash_chain", "two_model"]
+    rows += [f"relaxed_{r}" for r in a.rules]
     lossy = {f"relaxed_{r}" for r in a.rules}
     cases = [(name, 0, int(a.n)) for name in a.tasks]
     cases += [
@@ -223,6 +281,8 @@ def main(cfg) -> None:
             ids, positions = prompt_inputs(processor, record, cfg.paths.data, preamble)
             for row in rows:
                 runs[row].append(run_row(row, models, cfg, ids, positions, max_new, stops))
+            where = f"arms {name}@context{context}, prompt {len(runs['greedy']) - 1}"
+            gate(models, cfg, (ids, positions, max_new, stops), runs, where)
             diverge(models, ids, positions, runs, lossy)
         key = name if context == 0 else f"{name}@context{context}"
         stat = (int(cfg.seed), int(cfg.decode.bootstrap))

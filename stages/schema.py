@@ -118,6 +118,13 @@ class Bench:
 
 
 @dataclass
+class Assistant:
+    path: str = "models/assistant"
+    size: dict[str, int] = field(default_factory=dict)
+    train: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
 class Arms:
     path: str = "models/eagle-head"
     tasks: list[str] = field(default_factory=list)
@@ -128,6 +135,7 @@ class Arms:
     rules: list[str] = field(default_factory=list)
     budgets: list[int] = field(default_factory=list)
     train: dict[str, int] = field(default_factory=dict)
+    assistant: Assistant = field(default_factory=Assistant)
 
 
 @dataclass
@@ -271,6 +279,8 @@ def check_ranges(cfg: DictConfig) -> None:
             _fail(f"arms.rules[{i}]", rule, f"one of {RULES}")
     for key in ("rows", "window", "ttt"):
         integer(f"arms.train.{key}", cfg.arms.train.get(key, 1), 1)
+    for key, n in cfg.arms.assistant.size.items():
+        integer(f"arms.assistant.size.{key}", n, 1)
     if "task" in cfg and cfg.task is not None:
         integer("task.max_new_tokens", cfg.task.max_new_tokens, 1)
 

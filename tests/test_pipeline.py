@@ -49,6 +49,7 @@ TINY = [
     "arms.budgets=[4,8]",
     "arms.train.window=4",
     "arms.train.ttt=2",
+    "arms.assistant.train.steps=3",
     "threads=1",
 ]
 
@@ -624,6 +625,8 @@ def test_the_arms_pipeline_runs_by_name_and_every_lossless_row_is_greedy(repro):
         text=True,
     )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    assistant = json.loads((repro / "models" / "assistant" / "assistant.json").read_text())
+    assert assistant["train"]["steps"] == 3 and assistant["size"]["layers"] == 2
     eagle = json.loads((repro / "models" / "eagle-head" / "eagle.json").read_text())
     assert eagle["train"]["steps"] == 3 and eagle["train"]["heldout_curve"]
     arms = json.loads((repro / "results" / "arms.json").read_text())
@@ -634,11 +637,12 @@ def test_the_arms_pipeline_runs_by_name_and_every_lossless_row_is_greedy(repro):
         for row in ("glance", "eagle", "dflash_chain"):
             assert rows[row]["matches_baseline"] == n, (row, rows[row])
             assert not rows[row]["lossy"]
+        assert rows["two_model"]["rounds"] >= 1 and not rows["two_model"]["lossy"]
         for rule in ("top2", "top3", "p30"):
             x = rows[f"relaxed_{rule}"]
             assert x["lossy"] and x["divergence"]["prompts"] == n
             assert x["divergence"]["diverged"] == n - x["matches_baseline"]
-        for key in ("vs_eagle_tree", "vs_dflash_chain"):
+        for key in ("vs_eagle_tree", "vs_dflash_chain", "vs_two_model"):
             for measure in ("tau", "speed"):
                 r = case[key][measure]
                 assert r["low"] <= r["estimate"] <= r["high"]

@@ -1,0 +1,42 @@
+"""The two-model arm's drafter: a smaller toy VLM trained on the same tasks.
+
+    dvc repro stages/arms/dvc.yaml
+
+It is the toy target's recipe (``glance.toy.world.train_target``: the same
+task mix, tokenizer and processor) at a smaller size (``arms.assistant.size``)
+and for ``arms.assistant.train`` steps; the arms stage runs it as
+``transformers``' assisted generation (``generate(assistant_model=...)``), the
+usual way to pair a small model with a large one. Writes the model to
+``arms.assistant.path`` with ``assistant.json`` (size, parameters, training
+log).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from stages.common import app, log, plain, read_json, setup, write_json
+
+
+@app
+def main(cfg) -> None:
+    from glance.toy.world import TargetSize, TrainConfig, train_target
+
+    setup(cfg)
+    info = read_json(Path(cfg.paths.target) / "target.json", "run the target stage first")
+    if info["source"] != "toy":
+        raise SystemExit("stages.assistant trains a toy assistant for the toy target only")
+    a = cfg.arms.assistant
+    size, train = plain(a.size), plain(a.train)
+    out = Path(a.path)
+    train_log = train_target(out, TrainConfig(**train), TargetSize(**size))
+    from glance.vl import load_target
+
+    model, _ = load_target(out)
+    params = sum(p.numel() for p in model.parameters())
+    write_json(out / "assistant.json", {"size": size, "parameters": params, "train": train_log})
+    log.info("assistant: %d parameters, final loss %.3f", params, train_log["final_loss"])
+
+
+if __name__ == "__main__":
+    main()
