@@ -45,6 +45,7 @@ from pathlib import Path
 from glance.vl import stop_ids
 from stages.common import (
     app,
+    check_lossless,
     filler,
     load_head,
     load_target,
@@ -113,30 +114,19 @@ def run_row(row: str, models: dict, cfg, ids, positions, max_new: int, stops, *,
 
 
 #: rows that go through GLANCE's verify and walk: any output that differs
-#: from greedy fails the stage, unless greedy itself is not reproducible there
+#: from greedy fails the stage (``stages.common.check_lossless``)
 GATED = ("glance", "eagle")
 
 
 def gate(models: dict, cfg, prompt, runs: dict, where: str) -> None:
-    """Fail naming the row, the prompt and the first differing token when a
-    gated row's latest output differs from greedy's and a second greedy run
-    (the control) agrees with the first."""
-    greedy = runs["greedy"][-1]["ids"]
-    for row in GATED:
-        got = runs[row][-1]["ids"]
-        if got == greedy:
-            continue
-        control = run_row("greedy", models, cfg, *prompt)["ids"]
-        if control != greedy:
-            log.warning("%s: greedy is not reproducible here; %s not gated", where, row)
-            continue
-        i = next((j for j, (x, y) in enumerate(zip(got, greedy, strict=False)) if x != y), None)
-        i = min(len(got), len(greedy)) if i is None else i
-        raise SystemExit(
-            f"{where}: row {row} differs from greedy at new token {i} "
-            f"({got[i] if i < len(got) else 'end'} against "
-            f"{greedy[i] if i < len(greedy) else 'end'}); the greedy control agrees with greedy"
-        )
+    """:func:`stages.common.check_lossless` for the gated rows, with a second
+    greedy run on ``prompt`` as the control."""
+    check_lossless(
+        dict.fromkeys(GATED, "greedy"),
+        runs,
+        where,
+        lambda base: run_row(base, models, cfg, *prompt)["ids"],
+    )
 
 
 def assisted(models: dict, ids, positions, max_new: int, stops):

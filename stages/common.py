@@ -230,3 +230,38 @@ def prompt_inputs(processor, record: dict, data_dir, preamble: str = ""):
 
 def plain(cfg: DictConfig) -> dict:
     return OmegaConf.to_container(cfg, resolve=True)
+
+
+def first_difference(a: list, b: list) -> int | None:
+    """The first index where two token lists differ (a shorter one differs at
+    its end); ``None`` when they are equal."""
+    if a == b:
+        return None
+    return next(
+        (i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b))
+    )
+
+
+def check_lossless(bases: dict, runs: dict, where: str, control) -> None:
+    """The gate of every lossless row: exit naming ``where``, the row and the
+    first differing token when a row's latest output differs from its
+    baseline's (``bases``: row -> baseline row, or ``None`` for a baseline)
+    and ``control(base)``, a second run of the baseline on the same prompt,
+    agrees with the first. Where the control differs too, the baseline is not
+    reproducible there; that is logged, not failed."""
+    for row, base in bases.items():
+        if base is None:
+            continue
+        got, want = runs[row][-1]["ids"], runs[base][-1]["ids"]
+        i = first_difference(got, want)
+        if i is None:
+            continue
+        if control(base) != want:
+            log.warning("%s: %s is not reproducible here, so %s is not gated", where, base, row)
+            continue
+        mine, theirs = (ids[i] if i < len(ids) else "end" for ids in (got, want))
+        raise SystemExit(
+            f"{where}: row {row} differs from {base} at new token {i} "
+            f"({mine} against {theirs}); a second {base} run agrees with the first, "
+            "so the decoder, not arithmetic, is at fault"
+        )

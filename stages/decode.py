@@ -16,6 +16,11 @@ stays a check there too; with ``chain``, ``chain@T`` runs beside them. With
 ``decode.auto_row``, ``glance_auto`` runs GLANCE with ``budget="auto"``, and
 ``speed_over_chain`` gives each tree row's speed over the chain's with a
 paired bootstrap interval.
+
+The stage gates: every row must give its baseline's tokens on every prompt
+(``stages.common.check_lossless``). A row that differs fails the stage, naming
+the task, prompt, row and first differing token, unless a second run of the
+baseline on that prompt differs from the first as well (then it is logged).
 Writes ``summary.json`` (per system: pooled tau, ms per token, tokens per
 second, the speedup over the baseline with its paired bootstrap interval, and
 how many outputs equal the baseline's; ``tau_by_temperature`` for GLANCE;
@@ -35,6 +40,7 @@ from pathlib import Path
 from glance.vl import stop_ids
 from stages.common import (
     app,
+    check_lossless,
     decode_settings,
     extend_row,
     filler,
@@ -73,24 +79,24 @@ def main(cfg) -> None:
 
     setup(cfg)
     task = task_config(cfg)
-    run = decode_settings(cfg, task)  # before any model loads
+    settings = decode_settings(cfg, task)  # before any model loads
     out_dir = output_dir(cfg, task)
-    records = task_records(cfg, task, run["n"] + 1)
+    records = task_records(cfg, task, settings["n"] + 1)
     target, processor = load_target(cfg)
     head = load_head(cfg, target)
-    max_new = run["max_new_tokens"]
+    max_new = settings["max_new_tokens"]
     tokenizer = getattr(processor, "tokenizer", processor)
-    preamble = filler(run["context"], tokenizer)
+    preamble = filler(settings["context"], tokenizer)
     stops = stop_ids(processor, target)
-    temperature, extend = run["temperature"], extend_row(cfg, head)
-    budget, branch_k = run["budget"], run["branch_k"]
+    temperature, extend = settings["temperature"], extend_row(cfg, head)
+    budget, branch_k = settings["budget"], settings["branch_k"]
     # name -> (baseline, temperature, how to run it); "ar" is the main baseline
     systems = {"ar": (None, temperature, "ar"), "glance": ("ar", temperature, "glance")}
     if cfg.chain:
         systems["chain"] = ("ar", temperature, "chain")
     if cfg.decode.auto_row and budget != "auto":
         systems["glance_auto"] = ("ar", temperature, "auto")
-    if extend and not run["extend_budget"]:  # otherwise the glance row already extends
+    if extend and not settings["extend_budget"]:  # otherwise the glance row already extends
         systems["glance_extend"] = ("ar", temperature, "extend")
     for t in (float(t) for t in cfg.decode.sampled):
         if f"{t:g}" != f"{temperature:g}":
@@ -100,29 +106,32 @@ def main(cfg) -> None:
                 systems[f"chain@{t:g}"] = (f"ar@{t:g}", t, "chain")
     runs = {s: [] for s in systems}
     rounds = []
+
+    def decode_one(kind, t, i, ids, kw):
+        kw_t = {**kw, **sampling_kwargs(cfg, t, i)}
+        if kind == "ar":
+            return glance.greedy_generate(target, ids, max_new, **kw_t)
+        if kind == "chain":
+            return glance.chain_generate(head, target, ids, max_new, **kw_t)
+        return glance.generate(
+            head,
+            target,
+            ids,
+            max_new,
+            budget="auto" if kind == "auto" else budget,
+            branch_k=branch_k,
+            extend_budget=extend if kind == "extend" else settings["extend_budget"],
+            costs=verify_costs(),
+            **kw_t,
+        )
+
     for i, record in enumerate(tqdm(records, desc=f"decode {task.name}", unit="prompt")):
         ids, positions = prompt_inputs(processor, record, cfg.paths.data, preamble)
         kw = dict(
-            positions=positions, stop_token_ids=stops, timing=run["timing"], return_stats=True
+            positions=positions, stop_token_ids=stops, timing=settings["timing"], return_stats=True
         )
         for system, (_, t, kind) in systems.items():
-            kw_t = {**kw, **sampling_kwargs(cfg, t, i)}
-            if kind == "ar":
-                out, stats = glance.greedy_generate(target, ids, max_new, **kw_t)
-            elif kind == "chain":
-                out, stats = glance.chain_generate(head, target, ids, max_new, **kw_t)
-            else:
-                out, stats = glance.generate(
-                    head,
-                    target,
-                    ids,
-                    max_new,
-                    budget="auto" if kind == "auto" else budget,
-                    branch_k=branch_k,
-                    extend_budget=extend if kind == "extend" else run["extend_budget"],
-                    costs=verify_costs(),
-                    **kw_t,
-                )
+            out, stats = decode_one(kind, t, i, ids, kw)
             speculative = kind != "ar"
             runs[system].append(
                 {
@@ -135,22 +144,33 @@ def main(cfg) -> None:
             )
             if speculative and i > 0:  # the warm-up prompt's rounds are not reported
                 rounds += [{"prompt": i, "system": system, **asdict(r)} for r in stats.rounds]
+
+        def control(base, i=i, ids=ids, kw=kw):
+            _, t, kind = systems[base]
+            return decode_one(kind, t, i, ids, kw)[0][0, ids.shape[1] :].tolist()
+
+        check_lossless(
+            {s: base for s, (base, _, _) in systems.items()},
+            runs,
+            f"decode {task.name}, prompt {i}",
+            control,
+        )
     measured = {s: list(drop_warmup(runs[s])) for s in systems}
     stat = (int(cfg.seed), int(cfg.decode.bootstrap))  # paired-bootstrap seed and resamples
     summary = {
         "task": task.name,
         "target": cfg.target.name,
         "head": cfg.head.name,
-        "n": run["n"],
+        "n": settings["n"],
         "budget": budget,
         "branch_k": branch_k,
         "temperature": temperature,
         "top_p": float(cfg.decode.top_p),
         "top_k": int(cfg.decode.top_k),
-        "extend_budget": run["extend_budget"],
+        "extend_budget": settings["extend_budget"],
         "extend_row": extend if "glance_extend" in systems else 0,
-        "timing": run["timing"],
-        "context": run["context"],
+        "timing": settings["timing"],
+        "context": settings["context"],
         "max_new_tokens": max_new,
         "dtype": str(cfg.dtype),
         "device": str(cfg.device),
