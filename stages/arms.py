@@ -39,9 +39,9 @@ Writes ``results/arms.json``, ``results/arms.md`` and ``figures/arms_context.png
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
+from glance.arms import Models, Prompt, diverge, run_row, summarise
 from glance.vl import stop_ids
 from stages.common import (
     app,
@@ -57,167 +57,47 @@ from stages.common import (
     write_json,
 )
 
-
-def run_row(row: str, models: dict, cfg, ids, positions, max_new: int, stops, *, budget=None):
-    """One call of one row: new ids, decode-only and end-to-end ms, tau counts
-    (at ``arms.budget``, or ``budget``)."""
-    import glance
-    from glance.baselines import dflash_generate
-    from glance.eagle import EagleDrafter
-
-    a, target, head = cfg.arms, models["target"], models["head"]
-    kw = dict(positions=positions, stop_token_ids=stops, return_stats=True)
-    start = time.perf_counter()
-    if row in ("dflash_chain", "two_model"):
-        if row == "dflash_chain":
-            new, (committed, rounds) = dflash_generate(head, target, ids, positions, max_new, stops)
-        else:
-            new, (committed, rounds) = assisted(models, ids, positions, max_new, stops)
-        wall = (time.perf_counter() - start) * 1e3
-        return {
-            "ids": new,
-            "ms": wall,
-            "wall_ms": wall,
-            "new_tokens": len(new),
-            "committed": committed,
-            "rounds": rounds,
-            "draft_ms": None,
-        }
-    if row == "greedy":
-        out, stats = glance.greedy_generate(target, ids, max_new, **kw)
-    else:
-        drafter = head
-        if row == "eagle":
-            drafter = EagleDrafter(models["eagle"], target, int(a.width), int(a.depth))
-        accept = row.removeprefix("relaxed_") if row.startswith("relaxed_") else "exact"
-        out, stats = glance.generate(
-            drafter,
-            target,
-            ids,
-            max_new,
-            budget=int(a.budget),
-            branch_k=int(cfg.branch_k),
-            accept=accept,
-            **kw,
-        )
-    wall = (time.perf_counter() - start) * 1e3
-    drafts = row != "greedy"
-    return {
-        "ids": out[0, ids.shape[1] :].tolist(),
-        "ms": stats.ms_per_token * stats.new_tokens,
-        "wall_ms": wall,
-        "new_tokens": stats.new_tokens,
-        "committed": sum(r.committed for r in stats.rounds),
-        "rounds": len(stats.rounds) if drafts else None,
-        "draft_ms": sum(r.draft_ms for r in stats.rounds) / len(stats.rounds) if drafts else None,
-    }
-
-
 #: rows that go through GLANCE's verify and walk: any output that differs
 #: from greedy fails the stage (``stages.common.check_lossless``)
 GATED = ("glance", "eagle")
 
 
-def gate(models: dict, cfg, prompt, runs: dict, where: str) -> None:
-    """:func:`stages.common.check_lossless` for the gated rows, with a second
-    greedy run on ``prompt`` as the control."""
-    check_lossless(
-        dict.fromkeys(GATED, "greedy"),
-        runs,
-        where,
-        lambda base: run_row(base, models, cfg, *prompt)["ids"],
-    )
-
-
-def assisted(models: dict, ids, positions, max_new: int, stops):
-    """Assisted generation: the new ids and ``(committed, rounds)``, a round
-    being one target call after the prefill (counted with a forward hook)."""
-    from glance.baselines import hf_generate
-
-    target, calls = models["target"], []
-    hook = target.register_forward_hook(lambda *_: calls.append(1))
-    try:
-        new = hf_generate(
-            target, ids, positions, max_new, stops, assistant_model=models["assistant"]
-        )
-    finally:
-        hook.remove()
-    return new, (len(new) - 1, len(calls) - 1)
-
-
-def diverge(models: dict, ids, positions, runs: dict, lossy: set) -> None:
-    """Annotate the latest run of each lossy row with where it left greedy."""
-    from glance.relaxed import first_divergence
-
-    greedy = runs["greedy"][-1]["ids"]
-    for row in lossy:
-        run = runs[row][-1]
-        run["divergence"] = first_divergence(models["target"], ids, positions, greedy, run["ids"])
-
-
-def divergence_summary(calls: list[dict]) -> dict:
-    """How a lossy row's outputs left greedy: how many did, and the target's
-    own rank of and logit gap to the token taken where they first did."""
-    found = [c["divergence"] for c in calls if c.get("divergence")]
-    gaps = [d["logit_gap"] for d in found if d["logit_gap"] is not None]
-    return {
-        "prompts": len(calls),
-        "diverged": len(found),
-        "took_a_lower_ranked_token": sum(1 for d in found if d["rank"]),
-        "min_logit_gap": min(gaps) if gaps else None,
-        "median_logit_gap": float(sorted(gaps)[len(gaps) // 2]) if gaps else None,
-    }
-
-
-def budget_sweep(cfg, models: dict, processor, stops) -> dict:
+def budget_sweep(cfg, models: Models, processor, stops) -> dict:
     """tokens/s of GLANCE and the EAGLE-style head at each of ``arms.budgets``
     on ``sweep.task`` (``sweep.n`` prompts), and each one's best budget."""
     from glance.metrics import drop_warmup
 
     task = task_by_name(cfg.sweep.task)
     max_new = int(cfg.max_new_tokens or task.max_new_tokens)
+    prompts = [
+        Prompt(*prompt_inputs(processor, record, cfg.paths.data), max_new, stops)
+        for record in task_records(cfg, task, int(cfg.sweep.n) + 1)
+    ]
     out = {}
     for row in ("glance", "eagle"):
         speeds = {}
         for b in cfg.arms.budgets:
-            calls = []
-            for record in task_records(cfg, task, int(cfg.sweep.n) + 1):
-                ids, positions = prompt_inputs(processor, record, cfg.paths.data)
-                calls.append(
-                    run_row(row, models, cfg, ids, positions, max_new, stops, budget=int(b))
-                )
-            calls = list(drop_warmup(calls))
+            calls = list(drop_warmup([run_row(row, models, p, int(b)) for p in prompts]))
             speeds[int(b)] = 1e3 * sum(c["new_tokens"] for c in calls) / sum(c["ms"] for c in calls)
         out[row] = {"tokens_per_s": speeds, "best_budget": max(speeds, key=speeds.get)}
     return {"task": task.name, "n": int(cfg.sweep.n), **out}
 
 
-def summarise(runs: dict, seed: int, resamples: int, lossy: set) -> dict:
-    """Per row: the summary of ``glance.results``; GLANCE against EAGLE and
-    dflash's chain, tau and speed, each with a paired interval."""
-    from glance.metrics import drop_warmup
-    from glance.results import speed_ratio, system_summary, tau_ratio
+def load_models(cfg, target) -> Models:
+    from glance.eagle import load_eagle_head
+    from glance.vl import load_target as load_vl
 
-    m = {row: list(drop_warmup(calls)) for row, calls in runs.items()}
-    wall = {row: [{**c, "ms": c["wall_ms"]} for c in calls] for row, calls in m.items()}
-    out = {"rows": {}}
-    for row, calls in m.items():
-        s = system_summary(calls, None if row == "greedy" else m["greedy"], seed, resamples)
-        drafts = [c["draft_ms"] for c in calls if c["draft_ms"] is not None]
-        if drafts:
-            s["draft_ms_per_round"] = sum(drafts) / len(drafts)
-        s["lossy"] = row in lossy
-        if row in lossy:
-            s["divergence"] = divergence_summary(calls)
-        out["rows"][row] = s
-    others = (("eagle", "vs_eagle_tree"), ("dflash_chain", "vs_dflash_chain"))
-    for other, key in (*others, ("two_model", "vs_two_model")):
-        out[key] = {
-            "tau": tau_ratio(m["glance"], m[other], seed, resamples),
-            "speed": speed_ratio(m[other], m["glance"], seed, resamples),
-            "speed_end_to_end": speed_ratio(wall[other], wall["glance"], seed, resamples),
-        }
-    return out
+    a = cfg.arms
+    return Models(
+        target=target,
+        head=load_head(cfg, target),
+        eagle=load_eagle_head(Path(a.path), target=target),
+        assistant=load_vl(Path(a.assistant.path), dtype=target.dtype, device=cfg.device)[0],
+        budget=int(a.budget),
+        branch_k=int(cfg.branch_k),
+        width=int(a.width),
+        depth=int(a.depth),
+    )
 
 
 @app
@@ -225,19 +105,12 @@ def main(cfg) -> None:
     from tqdm import tqdm
 
     from glance._io import atomic_write_text
-    from glance.eagle import load_eagle_head
     from glance.report import arms_markdown, arms_panel
-    from glance.vl import load_target as load_vl
 
     setup(cfg)
     a = cfg.arms
     target, processor = load_target(cfg)
-    models = {
-        "target": target,
-        "head": load_head(cfg, target),
-        "eagle": load_eagle_head(Path(a.path), target=target),
-        "assistant": load_vl(Path(a.assistant.path), dtype=target.dtype, device=cfg.device)[0],
-    }
+    models = load_models(cfg, target)
     stops = stop_ids(processor, target)
     rows = ["greedy", "glance", "eagle", "dflash_chain", "two_model"]
     rows += [f"relaxed_{r}" for r in a.rules]
@@ -252,14 +125,15 @@ def main(cfg) -> None:
         "target": cfg.target.name,
         "device": str(target.device),
         "dtype": str(cfg.dtype),
-        "budget": int(a.budget),
-        "branch_k": int(cfg.branch_k),
-        "width": int(a.width),
-        "depth": int(a.depth),
+        "budget": models.budget,
+        "branch_k": models.branch_k,
+        "width": models.width,
+        "depth": models.depth,
         "n": int(a.n),
         "timing": "decode_only",
         "cases": {},
     }
+    stat = (int(cfg.seed), int(cfg.decode.bootstrap))
     pooled = {row: [] for row in rows}
     tokenizer = getattr(processor, "tokenizer", processor)
     for name, context, n in cases:
@@ -267,15 +141,21 @@ def main(cfg) -> None:
         max_new = int(cfg.max_new_tokens or task.max_new_tokens)
         preamble = filler(context, tokenizer)
         runs = {row: [] for row in rows}
-        for record in tqdm(task_records(cfg, task, n + 1), desc=f"arms {name}@{context}"):
-            ids, positions = prompt_inputs(processor, record, cfg.paths.data, preamble)
+        for i, record in enumerate(tqdm(task_records(cfg, task, n + 1), desc=f"arms {name}")):
+            prompt = Prompt(
+                *prompt_inputs(processor, record, cfg.paths.data, preamble), max_new, stops
+            )
             for row in rows:
-                runs[row].append(run_row(row, models, cfg, ids, positions, max_new, stops))
-            where = f"arms {name}@context{context}, prompt {len(runs['greedy']) - 1}"
-            gate(models, cfg, (ids, positions, max_new, stops), runs, where)
-            diverge(models, ids, positions, runs, lossy)
+                runs[row].append(run_row(row, models, prompt))
+            where = f"arms {name}@context{context}, prompt {i}"
+            check_lossless(
+                dict.fromkeys(GATED, "greedy"),
+                runs,
+                where,
+                lambda base, p=prompt: run_row(base, models, p)["ids"],
+            )
+            diverge(models, prompt, runs, lossy)
         key = name if context == 0 else f"{name}@context{context}"
-        stat = (int(cfg.seed), int(cfg.decode.bootstrap))
         result["cases"][key] = {
             "task": name,
             "context": context,
@@ -285,7 +165,6 @@ def main(cfg) -> None:
         if context == 0:
             for row in rows:  # each task's warm-up goes first, dropped per task
                 pooled[row] += runs[row][1:]
-    stat = (int(cfg.seed), int(cfg.decode.bootstrap))
     result["pooled"] = summarise({r: [None] + c for r, c in pooled.items()}, *stat, lossy)
     result["budget_sweep"] = budget_sweep(cfg, models, processor, stops)
     results = Path(cfg.paths.results)
@@ -296,8 +175,7 @@ def main(cfg) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    panel = Path(cfg.paths.figures) / "arms_context.png"
-    arms_panel(plt, result, cfg.context_sweep.task, panel)
+    arms_panel(plt, result, cfg.context_sweep.task, Path(cfg.paths.figures) / "arms_context.png")
     log.info("arms:\n%s", arms_markdown(result))
 
 

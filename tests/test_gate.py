@@ -1,48 +1,47 @@
-"""The lossless gates: a row that leaves its baseline fails the run."""
+"""The lossless gate (``stages.common.check_lossless``): a row that leaves its
+baseline fails the run, naming the row, the prompt and the first differing token."""
 
 from __future__ import annotations
 
 import pytest
 
-import stages.arms as arms
+from stages.common import check_lossless
+
+GREEDY_BASE = {"greedy": None, "glance": "greedy", "eagle": "greedy"}
 
 
 def _runs(greedy, glance, eagle):
     return {"greedy": [{"ids": greedy}], "glance": [{"ids": glance}], "eagle": [{"ids": eagle}]}
 
 
-def test_a_row_that_leaves_greedy_fails_naming_row_prompt_and_token(monkeypatch):
-    monkeypatch.setattr(arms, "run_row", lambda *a, **k: {"ids": [1, 2, 3, 4]})
+def test_a_row_that_leaves_greedy_fails_naming_row_prompt_and_token():
+    runs = _runs([1, 2, 3, 4], [1, 2, 3, 4], [1, 2, 9])
     with pytest.raises(
         SystemExit, match=r"here: row eagle differs from greedy at new token 2 \(9 against 3\)"
     ):
-        arms.gate(
-            {}, None, (None, None, 4, []), _runs([1, 2, 3, 4], [1, 2, 3, 4], [1, 2, 9]), "here"
-        )
+        check_lossless(GREEDY_BASE, runs, "here", lambda base: [1, 2, 3, 4])
 
 
-def test_a_shorter_output_fails_at_its_end(monkeypatch):
-    monkeypatch.setattr(arms, "run_row", lambda *a, **k: {"ids": [1, 2, 3]})
-    with pytest.raises(SystemExit, match="row glance differs from greedy at new token 2 .end"):
-        arms.gate({}, None, (None, None, 4, []), _runs([1, 2, 3], [1, 2], [1, 2, 3]), "here")
+def test_a_shorter_output_fails_at_its_end():
+    runs = _runs([1, 2, 3], [1, 2], [1, 2, 3])
+    with pytest.raises(
+        SystemExit, match="row glance differs from greedy at new token 2 .end against 3"
+    ):
+        check_lossless(GREEDY_BASE, runs, "here", lambda base: [1, 2, 3])
 
 
-def test_no_gate_where_greedy_itself_is_not_reproducible(monkeypatch):
-    monkeypatch.setattr(arms, "run_row", lambda *a, **k: {"ids": [7, 7]})
-    arms.gate({}, None, (None, None, 4, []), _runs([1, 2], [1, 3], [1, 2]), "here")
+def test_no_gate_where_the_baseline_itself_is_not_reproducible():
+    check_lossless(GREEDY_BASE, _runs([1, 2], [1, 3], [1, 2]), "here", lambda base: [7, 7])
 
 
-def test_equal_rows_never_run_the_control(monkeypatch):
-    def fail(*a, **k):
+def test_equal_rows_never_run_the_control():
+    def fail(base):
         raise AssertionError("the control ran")
 
-    monkeypatch.setattr(arms, "run_row", fail)
-    arms.gate({}, None, (None, None, 4, []), _runs([1, 2], [1, 2], [1, 2]), "here")
+    check_lossless(GREEDY_BASE, _runs([1, 2], [1, 2], [1, 2]), "here", fail)
 
 
-def test_check_lossless_gates_each_row_against_its_own_baseline():
-    from stages.common import check_lossless
-
+def test_each_row_is_gated_against_its_own_baseline():
     runs = {
         "ar": [{"ids": [1, 2]}],
         "glance": [{"ids": [1, 2]}],
