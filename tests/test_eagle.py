@@ -169,3 +169,27 @@ def test_a_tree_drafter_refuses_auto_budget_and_extension(world):
         options = Options(16, **bad)
         with pytest.raises(ValueError, match="grows its own tree"):
             speculate(drafter, world.target, world.input_ids, options, positions=world.positions)
+
+
+def test_a_trained_eagle_tree_samples_exactly(world):
+    head, _ = _overfit(world, steps=60)
+    g1, g2 = torch.Generator().manual_seed(3), torch.Generator().manual_seed(3)
+    out, stats = _generate(
+        EagleDrafter(head, world.target, width=4),
+        world,
+        budget=16,
+        temperature=0.8,
+        top_p=0.9,
+        generator=g1,
+    )
+    want = greedy_generate(
+        world.target,
+        world.input_ids,
+        N_NEW,
+        positions=world.positions,
+        temperature=0.8,
+        top_p=0.9,
+        generator=g2,
+    )
+    assert out.tolist() == want.tolist()
+    assert stats.tau > 1.0
