@@ -90,9 +90,10 @@ def test_every_target_config_composes(target):
     assert p["dtype"] == ("float32" if target == "toy" else "bfloat16")
 
 
-def test_every_stage_param_exists_in_params_yaml():
+@pytest.mark.parametrize("pipeline", ["dvc.yaml", "stages/arms/dvc.yaml"])
+def test_every_stage_param_exists_in_params_yaml(pipeline):
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
-    stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
+    stages = yaml.safe_load((ROOT / pipeline).read_text())["stages"]
     for name, stage in stages.items():
         body = stage.get("do", stage)
         for key in body.get("params", []):
