@@ -115,9 +115,7 @@ class EagleHead(PreTrainedModel):
         self.gate_up = torch.nn.Linear(h, 2 * config.intermediate_size, bias=False)
         self.down = torch.nn.Linear(config.intermediate_size, h, bias=False)
         self.norm = torch.nn.RMSNorm(h, eps=eps)
-        d = h // config.num_attention_heads
-        inv = config.rope_theta ** (-torch.arange(0, d, 2, dtype=torch.float32) / d)
-        self.register_buffer("inv_freq", inv, persistent=False)
+        self._inv_freq = None  # RoPE frequencies, made on first use (see _frequencies)
         self.post_init()
 
     def _init_weights(self, module):
@@ -134,6 +132,17 @@ class EagleHead(PreTrainedModel):
         """The target's concatenated layer states, mapped to one hidden state."""
         return self.fc(features)
 
+    def _frequencies(self, device) -> torch.Tensor:
+        """RoPE's inverse frequencies, computed from the config rather than
+        kept as a buffer: ``from_pretrained`` builds the model on the meta
+        device and leaves non-persistent buffers unfilled."""
+        inv = self._inv_freq
+        if inv is None or inv.device != device:
+            d = self.config.hidden_size // self.config.num_attention_heads
+            exponent = torch.arange(0, d, 2, dtype=torch.float32, device=device) / d
+            inv = self._inv_freq = self.config.rope_theta**-exponent
+        return inv
+
     def qkv(self, hidden, embedded, positions):
         """Queries, keys and values ``(B, H, n, d)`` of one pass, RoPE applied.
 
@@ -142,7 +151,8 @@ class EagleHead(PreTrainedModel):
         heads = self.config.num_attention_heads
         x = torch.cat([self.embed_norm(embedded), self.feature_norm(hidden)], dim=-1)
         q, k, v = self.qkv_proj(x).view(b, n, 3, heads, h // heads).permute(2, 0, 3, 1, 4)
-        angles = positions[:, None, :, None].to(self.inv_freq.dtype) * self.inv_freq
+        inv = self._frequencies(positions.device)
+        angles = positions[:, None, :, None].to(inv.dtype) * inv
         angles = torch.cat([angles, angles], dim=-1)
         cos, sin = angles.cos().to(q.dtype), angles.sin().to(q.dtype)
         return _rotate(q, cos, sin), _rotate(k, cos, sin), v

@@ -145,6 +145,11 @@ def test_save_and_strict_load(world, tmp_path):
         head.state_dict().items(), loaded.state_dict().items(), strict=True
     ):
         assert torch.equal(x, y), name
+    # and computes as the head it was saved from, RoPE included (no weight holds it)
+    x = torch.randn(1, 5, head.config.hidden_size, dtype=world.target.dtype)
+    at = torch.arange(3, 8)[None]
+    for mine, theirs in zip(head.qkv(x, x, at), loaded.qkv(x, x, at), strict=True):
+        assert torch.equal(mine, theirs)
     from safetensors.torch import load_file, save_file
 
     weights = tmp_path / "eagle" / "model.safetensors"
