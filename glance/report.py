@@ -180,40 +180,43 @@ def sampling_table(summaries: dict) -> tuple[dict, str]:
             },
             "tree_over_chain_by_temperature": s.get("tree_over_chain_by_temperature", {}),
         }
-        if "glance_extend" in s["systems"]:
+        row["tau_over_base_temperature"] = s.get("tau_over_base_temperature", {})
+        if "extend_over_plain" in s:
             x = s["systems"]["glance_extend"]
             row["extend"] = {
                 "extend_budget": s["extend_row"],
                 "tau": x["tau"],
                 "tau_without": s["systems"]["glance"]["tau"],
-                "speedup": x["speedup"]["estimate"],
-                "speedup_without": s["systems"]["glance"]["speedup"]["estimate"],
+                "tau_ratio": s["extend_over_plain"]["tau"],
+                "speed": s["extend_over_plain"]["speed"],
             }
         rows[task] = row
-    head = " | ".join(f"tau T={t} (tree / chain)" for t in temps)
+    head = " | ".join(f"T={t}: tau, tree over chain, over T={temps[0]}" for t in temps)
     lines = [
-        f"| task | {head} | tau, extend_budget on / off | speedup, on / off |",
+        f"| task | {head} | extend_budget: tau on / off, tau ratio | speed on over off |",
         "|---|" + "---|" * len(temps) + "---|---|",
     ]
     for task, row in rows.items():
-        ratios = row["tree_over_chain_by_temperature"]
-        taus = " | ".join(
-            _num(row["tau_by_temperature"].get(t))
-            + (f" ({ratios[t]['estimate']:.2f}x)" if t in ratios else "")
-            for t in temps
-        )
+        ratios, warm = row["tree_over_chain_by_temperature"], row["tau_over_base_temperature"]
+        cells = []
+        for t in temps:
+            cell = _num(row["tau_by_temperature"].get(t))
+            cell += f", {_interval(ratios[t])}" if t in ratios else ""
+            cell += f", {_interval(warm[t])}" if t in warm else ""
+            cells.append(cell)
         e = row.get("extend")
-        ext = (
-            f"{e['tau']:.2f} / {e['tau_without']:.2f} | "
-            f"{e['speedup']:.2f}x / {e['speedup_without']:.2f}x"
-            if e
-            else "n/a | n/a"
-        )
-        lines.append(f"| {task} | {taus} | {ext} |")
+        if e:
+            ext = (
+                f"{e['tau']:.2f} / {e['tau_without']:.2f}, {_interval(e['tau_ratio'])} | "
+                f"{_interval(e['speed'])}"
+            )
+        else:
+            ext = "n/a | n/a"
+        lines.append(f"| {task} | {' | '.join(cells)} | {ext} |")
     return {"temperatures": temps, "tasks": rows}, "\n".join(lines) + "\n"
 
 
-def cost_curves(plt, bench: dict, figures) -> None:
+def cost_curves(plt, bench: dict, figures, meta: dict | None = None) -> None:
     """The bench's cost curves: ``verify_cost.png`` (pass time against tree
     size), ``length.png`` (ms per token against output length) and
     ``host_share.png`` (the host's share of a round against the budget)."""
@@ -227,43 +230,59 @@ def cost_curves(plt, bench: dict, figures) -> None:
     ax.set_xticks(size, [f"{n:g}" for n in size])
     ax.minorticks_off()
     ax.set_xlabel("tree size N (mean nodes verified per round)")
-    ax.set_ylabel("ms per pass")
-    ax.set_title(f"verify cost against tree size ({bench['device']})")
+    ax.set_ylabel("ms per pass (mean over rounds)")
+    line = caption({**(meta or {}), "device": bench["device"], "dtype": bench["dtype"]})
+    ax.set_title(
+        f"verify cost against tree size ({bench['budget_curve']['task']})\n{line}", fontsize=8
+    )
     ax.legend(fontsize=7)
     save_figure(fig, figures / "verify_cost.png")
     plt.close(fig)
 
     lc = bench["length_curve"]
-    fig, ax = plt.subplots(figsize=(5, 3.5))
+    fig, ax = plt.subplots(figsize=(5.5, 3.6))
     for row in ("glance_tree", "glance_greedy"):
-        ax.plot(lc["new_tokens"], lc[row], "o-", label=row)
+        ax.plot(lc["new_tokens"], lc[row], "o-", label=f"{row}, ms per token (left)")
     ax.set_xscale("log", base=2)
     ax.set_xticks(lc["new_tokens"], [str(n) for n in lc["new_tokens"]])
     ax.minorticks_off()
     ax.set_xlabel("new tokens")
-    ax.set_ylabel("ms per token")
-    ax.plot(lc["new_tokens"], lc["glance_tree_round_ms"], "s:", label="glance_tree, ms per round")
+    ax.set_ylabel("ms per token (decode_only, pooled)")
     ax.set_ylim(bottom=0)
-    ax.set_title(f"ms per token against output length ({lc['task']})")
-    ax.legend(fontsize=7)
+    twin = ax.twinx()
+    twin.plot(
+        lc["new_tokens"],
+        lc["glance_tree_round_ms"],
+        "s:",
+        color="0.4",
+        label="glance_tree, ms per round (right)",
+    )
+    twin.set_ylabel("ms per round", color="0.4")
+    twin.set_ylim(bottom=0)
+    ax.set_title(f"cost against output length ({lc['task']})\n{line}", fontsize=8)
+    handles = ax.get_legend_handles_labels()
+    more = twin.get_legend_handles_labels()
+    ax.legend(handles[0] + more[0], handles[1] + more[1], fontsize=7, loc="lower left")
     save_figure(fig, figures / "length.png")
     plt.close(fig)
 
     fig, ax = plt.subplots(figsize=(5, 3.5))
     budgets = [r["budget"] for r in rows]
     ax.plot(budgets, [100 * r["host_share"] for r in rows], "o-")
-    ax.axhline(5.0, color="k", lw=0.8, ls=":")
+    ax.set_ylim(0, 100)
     ax.set_xscale("log", base=2)
     ax.set_xticks(budgets, [str(b) for b in budgets])
     ax.minorticks_off()
     ax.set_xlabel("budget N")
     ax.set_ylabel("host share of a round (%)")
-    ax.set_title("tree, mask, walk and compaction against budget")
+    ax.set_title(
+        f"host share of a round (tree, mask, walk, compaction) against budget\n{line}", fontsize=8
+    )
     save_figure(fig, figures / "host_share.png")
     plt.close(fig)
 
 
-def law_panel(plt, law: dict, cap: int, path) -> None:
+def law_panel(plt, law: dict, cap: int, path, meta: dict | None = None) -> None:
     """Panel (a): mean accepted length per entropy decile, one curve per task,
     the pooled law's curve and the ceiling's bin means, entropy on a log axis
     (rounds at H = 0 drawn at ``floor``)."""
@@ -301,13 +320,15 @@ def law_panel(plt, law: dict, cap: int, path) -> None:
                 where="mid",
                 color="0.5",
                 lw=1,
-                label=f"ceiling: entropy-bin means (R² {_num(pooled['r2_ceiling'])}; "
-                f"law R² {_num(pooled['r2_round'])})",
+                label="ceiling: best monotone fit per cap, bin means "
+                f"(R² {_num(pooled['r2_ceiling'])}; law R² {_num(pooled['r2_round'])})",
             )
     ax.set_xscale("log")
     ax.set_xlabel("target entropy H at the round's root (nats, log scale)")
-    ax.set_ylabel("mean accepted length a")
-    ax.set_title("(a) accepted length against entropy, by decile")
+    ax.set_ylabel("mean accepted length a (drafted tokens per round)")
+    ax.set_title(
+        f"(a) accepted length against entropy, by decile\n{caption(meta or {})}", fontsize=8
+    )
     ax.legend(fontsize=6)
     save_figure(fig, path)
     plt.close(fig)
@@ -340,42 +361,92 @@ def tree_over_chain_panel(plt, summaries: dict, budget, path) -> None:
     ax.axhline(1.0, color="k", lw=0.8)
     ax.set_xticks(x, list(summaries))
     ax.set_ylabel("GLANCE tau / chain tau")
-    ax.set_title(f"(b) what width buys (N={budget}, 95% paired intervals)")
+    first = next(iter(summaries.values()))
+    ax.set_title(
+        f"(b) what width buys (N={budget}, 95% paired intervals)\n{caption(first)}", fontsize=8
+    )
     ax.legend(fontsize=7)
     save_figure(fig, path)
     plt.close(fig)
 
 
+def caption(meta: dict) -> str:
+    """The line every figure carries: target, device, dtype and timing mode."""
+    keys = ("target", "device", "dtype", "timing")
+    return " · ".join(f"{k} {meta[k]}" for k in keys if meta.get(k) is not None)
+
+
 def context_panel(plt, context: dict, task: str, path) -> None:
-    """Panel (c): the tree/chain tau ratio at each context length."""
-    fig, ax = plt.subplots(figsize=(4.5, 3.5))
+    """Panel (c): the tree/chain tau ratio at each context length, with its
+    paired bootstrap interval."""
+    fig, ax = plt.subplots(figsize=(4.8, 3.6))
     lengths = list(context)
-    margins = [context[n]["tree_over_chain"] for n in lengths]
-    ax.bar([str(n) for n in lengths], margins, color="tab:green")
+    iv = [context[n]["tree_over_chain_interval"] for n in lengths]
+    est = np.array([r["estimate"] for r in iv])
+    err = np.clip([est - [r["low"] for r in iv], [r["high"] for r in iv] - est], 0, None)
+    ax.bar([str(n) for n in lengths], est, yerr=err, capsize=4, color="tab:green")
     ax.axhline(1.0, color="k", lw=0.8)
     ax.set_xlabel("extra context tokens")
-    ax.set_ylabel("GLANCE tau / chain tau")
-    ax.set_title(f"(c) margin over the chain ({task})")
+    ax.set_ylabel("GLANCE tau / chain tau (ratio)")
+    ax.set_title(
+        f"(c) margin over the chain ({task}, 95% paired intervals)\n{caption(context[lengths[0]])}",
+        fontsize=8,
+    )
     save_figure(fig, path)
     plt.close(fig)
 
 
-def budget_panel(plt, sweep: dict, task: str, path) -> None:
-    """Panel (d): GLANCE's speedup over greedy against the verifier budget,
-    with its bootstrap interval."""
-    budgets = sorted(sweep)
-    sp = [sweep[b]["systems"]["glance"]["speedup"] for b in budgets]
-    est = np.array([s["estimate"] for s in sp])
-    err = np.array([est - [s["low"] for s in sp], [s["high"] for s in sp] - est])
-    fig, ax = plt.subplots(figsize=(5, 3.5))
-    ax.errorbar(budgets, est, yerr=np.clip(err, 0, None), fmt="o-", capsize=3)
-    ax.axhline(1.0, color="k", lw=0.8)
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(budgets, [str(b) for b in budgets])
-    ax.minorticks_off()
-    ax.set_xlabel("verifier budget N (tree nodes)")
-    ax.set_ylabel("speedup over greedy")
-    ax.set_title(f"(d) speedup against budget ({task})")
+def budget_panel(plt, sweeps: dict, path) -> None:
+    """Panel (d), one small multiple per task: GLANCE's speedup over greedy
+    against the verifier budget with its paired interval, tau on a second axis,
+    the configured budget (dashed) and ``budget="auto"``'s mean verified tree
+    size (dotted) marked."""
+    tasks = list(sweeps)
+    cols = min(3, len(tasks))
+    rows = -(-len(tasks) // cols)
+    fig, axes = plt.subplots(
+        rows, cols, figsize=(4.2 * cols, 3.1 * rows), squeeze=False, layout="constrained"
+    )
+    for ax, task in zip(axes.flat, tasks, strict=False):
+        s = sweeps[task]
+        budgets = [int(b) for b in s["budgets"]]
+        sp = [s["budgets"][str(b)]["speedup"] for b in budgets]
+        est = np.array([x["estimate"] for x in sp])
+        err = np.clip([est - [x["low"] for x in sp], [x["high"] for x in sp] - est], 0, None)
+        ax.errorbar(budgets, est, yerr=err, fmt="o-", ms=3, capsize=2, label="speedup")
+        ax.axhline(1.0, color="k", lw=0.6)
+        if isinstance(s["budget"], int):
+            ax.axvline(
+                s["budget"], color="tab:red", ls="--", lw=0.8, label=f"default N={s['budget']}"
+            )
+        auto = s["auto"]
+        ax.axvline(
+            auto["mean_tree_size"],
+            color="tab:purple",
+            ls=":",
+            lw=1,
+            label=f"auto: mean N {auto['mean_tree_size']:.0f}, {auto['speedup']['estimate']:.2f}x",
+        )
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(budgets, [str(b) for b in budgets], fontsize=6)
+        ax.minorticks_off()
+        ax.set_xlabel("verifier budget N (tree nodes)", fontsize=7)
+        ax.set_ylabel("speedup over greedy (x)", fontsize=7)
+        ax.set_title(task, fontsize=8)
+        twin = ax.twinx()
+        twin.plot(budgets, [s["budgets"][str(b)]["tau"] for b in budgets], "s:", color="0.5", ms=3)
+        twin.set_ylabel("tau (tokens per round)", fontsize=7, color="0.4")
+        twin.tick_params(labelsize=6, colors="0.4")
+        ax.tick_params(labelsize=6)
+        ax.legend(fontsize=5, loc="lower center")
+    for ax in list(axes.flat)[len(tasks) :]:
+        ax.set_visible(False)
+    first = sweeps[tasks[0]]
+    fig.suptitle(
+        f"(d) speedup (left, 95% paired intervals) and tau (right, grey) against "
+        f"budget\n{caption(first)}, {first['n']} prompts per task",
+        fontsize=8,
+    )
     save_figure(fig, path)
     plt.close(fig)
 

@@ -1,14 +1,19 @@
-"""The losslessness audit: GLANCE (and the chain) against greedy decoding,
-bitwise, at float32.
+"""The losslessness audit: every lossless row the pipeline reports against its
+baseline, bitwise, at float32, with a control beside each baseline.
 
-On ``audit.n`` prompts per task the target decodes greedily twice (the control:
-does greedy agree with itself on this machine?), then with GLANCE, with the
-chain, and (for a head trained with a variable mask span) with GLANCE plus
-``extend_budget=decode.extend_row``. A prompt's verdict is ``equal`` when every
-output equals the first greedy one, ``control_differs`` when greedy already
-disagrees with itself (so a mismatch there says nothing about GLANCE), and
-``MISMATCH`` otherwise. Writes ``results/audit.json`` with every verdict, then
-fails (exit 1) if any prompt is a ``MISMATCH``.
+On ``audit.n`` prompts per task (the decode stage's measured prompts 1..n; the
+warm-up prompt 0 is left out) the target decodes greedily twice: the baseline
+and its control (does greedy agree with itself on this machine?). The rows:
+GLANCE at the configured budget, ``budget="auto"``, the chain,
+``extend_budget=decode.extend_row`` (for a head trained with a variable mask
+span) and GLANCE at every ``sweep.budgets``; then, for each temperature in
+``decode.sampled``, ``glance@T`` and ``chain@T`` against a seeded ``ar@T``,
+whose second run (its control) happens when a row differs from it. A row's
+result on a prompt is ``equal``, ``control_differs`` (it differs, and so does its baseline's second run: the
+arithmetic is not reproducible there, so no decoder can be blamed) or
+``MISMATCH``. Writes ``results/audit.json`` (per row and per prompt), then
+exits 1 naming the row, task, prompt and first differing token of every
+mismatch.
 """
 
 from __future__ import annotations
@@ -18,22 +23,52 @@ from pathlib import Path
 
 from omegaconf import open_dict
 
-from glance.metrics import audit_verdict
 from glance.vl import stop_ids
 from stages.common import (
     app,
+    budget,
     decode_settings,
     extend_row,
+    first_difference,
     load_head,
     load_target,
     log,
     prompt_inputs,
+    sampling_kwargs,
     setup,
     task_by_name,
     task_records,
     verify_costs,
     write_json,
 )
+
+VERDICTS = ("equal", "control_differs", "MISMATCH")
+
+
+def plan(settings: dict, sweep_budgets, temperatures, extend: int, auto: bool) -> dict:
+    """Row name -> (baseline row, temperature, kind, GLANCE keyword arguments).
+    Baselines map to ``None``; every baseline is also run a second time."""
+    rows = {"ar": (None, 0.0, "ar", {})}
+    tree = {"budget": settings["budget"], "branch_k": settings["branch_k"]}
+    rows["glance"] = ("ar", 0.0, "glance", tree)
+    if auto and settings["budget"] != "auto":
+        rows["glance_auto"] = ("ar", 0.0, "glance", {**tree, "budget": "auto"})
+    rows["chain"] = ("ar", 0.0, "chain", {})
+    if extend:
+        rows["glance_extend"] = ("ar", 0.0, "glance", {**tree, "extend_budget": extend})
+    for n in sweep_budgets:
+        rows[f"glance@N={n}"] = ("ar", 0.0, "glance", {**tree, "budget": n})
+    for t in temperatures:
+        rows[f"ar@{t:g}"] = (None, t, "ar", {})
+        rows[f"glance@{t:g}"] = (f"ar@{t:g}", t, "glance", tree)
+        rows[f"chain@{t:g}"] = (f"ar@{t:g}", t, "chain", {})
+    return rows
+
+
+def verdict(got: list, want: list, control: list) -> str:
+    if got == want:
+        return "equal"
+    return "control_differs" if control != want else "MISMATCH"
 
 
 @app
@@ -42,77 +77,100 @@ def main(cfg) -> None:
 
     setup(cfg)
     settings = decode_settings(cfg)  # before any model loads
+    sweep_budgets = [budget("sweep.budgets", b) for b in cfg.sweep.budgets]
+    temperatures = [float(t) for t in cfg.decode.sampled if float(t) > 0]
     with open_dict(cfg):
         cfg.dtype = "float32"  # the audit's contract: bitwise at fp32, whatever decode used
     target, processor = load_target(cfg)
     head = load_head(cfg, target)
     stops = stop_ids(processor, target)
     extend = extend_row(cfg, head)
-    prompts, tasks = [], {}
+    rows = plan(settings, sweep_budgets, temperatures, extend, bool(cfg.decode.auto_row))
+    n = int(cfg.audit.n)
+    tasks, counts, failures = {}, {r: dict.fromkeys(VERDICTS, 0) for r in rows}, []
     for name in cfg.tasks:
         task = task_by_name(name)
-        records = task_records(cfg, task, int(cfg.audit.n))
-        rows = []
-        for i, record in enumerate(records):
+        max_new = int(cfg.max_new_tokens or task.max_new_tokens)
+        per_prompt = []
+        for i, record in enumerate(task_records(cfg, task, n + 1)[1:], start=1):
             ids, positions = prompt_inputs(processor, record, cfg.paths.data)
-            max_new = int(cfg.max_new_tokens or task.max_new_tokens)
             kw = dict(positions=positions, stop_token_ids=stops)
 
-            def new(out, n=ids.shape[1]):
-                return out[0, n:].tolist()
+            def run(kind, t, tree, i=i, ids=ids, kw=kw, max_new=max_new):
+                kw = {**kw, **sampling_kwargs(cfg, t, i)}
+                if kind == "ar":
+                    out = glance.greedy_generate(target, ids, max_new, **kw)
+                elif kind == "chain":
+                    out = glance.chain_generate(head, target, ids, max_new, **kw)
+                else:
+                    out = glance.generate(
+                        head, target, ids, max_new, costs=verify_costs(), **tree, **kw
+                    )
+                return out[0, ids.shape[1] :].tolist()
 
-            greedy = new(glance.greedy_generate(target, ids, max_new, **kw))
-            control = new(glance.greedy_generate(target, ids, max_new, **kw))
-            tree = dict(
-                budget=settings["budget"], branch_k=settings["branch_k"], costs=verify_costs(), **kw
-            )
-            others = {
-                "glance": new(glance.generate(head, target, ids, max_new, **tree)),
-                "chain": new(glance.chain_generate(head, target, ids, max_new, **kw)),
+            outs = {row: run(kind, t, tree) for row, (_, t, kind, tree) in rows.items()}
+            # greedy's control always runs; a seeded baseline's only when a row differs from it
+            controls = {"ar": run("ar", 0.0, {})}
+            for row, (base, *_) in rows.items():
+                if base is not None and base not in controls and outs[row] != outs[base]:
+                    _, t, kind, tree = rows[base]
+                    controls[base] = run(kind, t, tree)
+            entry = {
+                "prompt": i,
+                "new_tokens": len(outs["ar"]),
+                "control_equal": {b: controls[b] == outs[b] for b in controls},
             }
-            if extend:
-                others["glance_extend"] = new(
-                    glance.generate(head, target, ids, max_new, extend_budget=extend, **tree)
-                )
-            v = audit_verdict(greedy, control, others)
-            rows.append(
-                {
-                    "prompt": i,
-                    "verdict": v,
-                    "new_tokens": len(greedy),
-                    "control_equal": control == greedy,
-                    **{f"{k}_equal": o == greedy for k, o in others.items()},
-                }
-            )
-            prompts.append(v)
-        tasks[name] = rows
+            found = []
+            for row, (base, *_) in rows.items():
+                if base is None:
+                    continue
+                v = verdict(outs[row], outs[base], controls.get(base, outs[base]))
+                counts[row][v] += 1
+                found.append(v)
+                entry[f"{row}_equal"] = v == "equal"
+                if v == "MISMATCH":
+                    at = first_difference(outs[row], outs[base])
+                    mine, theirs = (
+                        o[at] if at < len(o) else "end" for o in (outs[row], outs[base])
+                    )
+                    failures.append(
+                        f"row {row}, task {name}, prompt {i}: new token {at} is {mine}, "
+                        f"{base} gives {theirs} (and agrees with its own second run)"
+                    )
+            entry["verdict"] = next((v for v in VERDICTS[::-1] if v in found), "equal")
+            per_prompt.append(entry)
+        tasks[name] = per_prompt
+    verdicts = [p["verdict"] for ps in tasks.values() for p in ps]
     summary = {
         "dtype": "float32",
         "budget": settings["budget"],
         "branch_k": settings["branch_k"],
         "extend_budget": extend,
-        "prompts": len(prompts),
-        "equal": prompts.count("equal"),
-        "control_differs": prompts.count("control_differs"),
-        "mismatch": prompts.count("MISMATCH"),
+        "sweep_budgets": sweep_budgets,
+        "temperatures": temperatures,
+        "prompts_per_task": n,
+        "prompts": len(verdicts),
+        "equal": verdicts.count("equal"),
+        "control_differs": verdicts.count("control_differs"),
+        "mismatch": verdicts.count("MISMATCH"),
+        "rows": {
+            r: {"baseline": base, "prompts": len(verdicts), **counts[r]}
+            for r, (base, *_) in rows.items()
+            if base is not None
+        },
         "tasks": tasks,
     }
     write_json(Path(cfg.paths.results) / "audit.json", summary)
     log.info(
-        "audit: %d prompts, %d equal, %d control differs, %d mismatches",
+        "audit: %d rows x %d prompts, %d prompts all equal, %d control differs, %d mismatches",
+        len(summary["rows"]),
         summary["prompts"],
         summary["equal"],
         summary["control_differs"],
         summary["mismatch"],
     )
-    if summary["mismatch"]:
-        bad = [
-            f"{t}#{r['prompt']}"
-            for t, rows in tasks.items()
-            for r in rows
-            if r["verdict"] == "MISMATCH"
-        ]
-        log.error("LOSSLESSNESS BROKEN: output differs from greedy at %s", ", ".join(bad))
+    if failures:
+        log.error("LOSSLESSNESS BROKEN:\n  %s", "\n  ".join(failures))
         sys.exit(1)
 
 

@@ -13,20 +13,23 @@ Rows, all on the same prompts in one process, interleaved prompt by prompt
   ``extend_budget=decode.extend_row``; only for a head trained with a variable
   mask span).
 
-Every row is timed the same way, wall clock around the whole call (prefill
-included), with the device synchronised. Per task and row: median ms per
-token, tokens per second, tau where it applies, peak memory (the device
-allocator's peak on CUDA; on CPU the peak resident-set growth during the call,
-sampled every millisecond), and the speedup over ``hf_greedy`` with its paired
-bootstrap interval. Then the cost curves: verify-pass time against tree size,
-ms per token against output length, and the host share of a round against the
-budget. Writes ``results/bench.json`` and ``results/bench.md``.
+Every row is timed the same way, with the device synchronised, in two windows:
+``end_to_end`` (wall clock around the whole call, prefill included) and
+``decode_only`` (that minus the prompt's time to first token, measured once per
+prompt with ``target.generate`` for one token, so every row loses the same
+prefill). One aggregation throughout: pooled time over pooled tokens, after
+the warm-up prompt. Per task and row: tau where it applies, ms per token and
+tokens per second in each window, the speedup over ``hf_greedy`` and
+``glance_tree``'s speedup over the row, each a ratio of pooled times with a
+paired bootstrap interval over prompts, and peak memory (the CUDA allocator's
+peak; nothing off CUDA). Then the cost curves: verify-pass time against tree
+size, ms per token against output length (``decode_only``, pooled), and the
+host share of a round against the budget. Writes ``results/bench.json`` and
+``results/bench.md``.
 """
 
 from __future__ import annotations
 
-import os
-import threading
 import time
 from pathlib import Path
 
@@ -61,50 +64,20 @@ ROWS = (
 )
 
 
-class PeakMemory:
-    """Peak memory growth (MiB) over a block: CUDA's allocator peak, or on CPU
-    the resident set sampled every millisecond from ``/proc/self/statm``."""
+def peak_memory(device, fn):
+    """``fn()`` and its peak allocated memory in MiB: the CUDA allocator's peak
+    above what was allocated before the call. ``None`` on other devices, where
+    no allocator peak exists (a resident-set poll would time the poller too)."""
+    import torch
 
-    def __init__(self, device):
-        self.device = device
-        self.mib = float("nan")
-
-    @staticmethod
-    def _rss() -> int:
-        with open("/proc/self/statm", encoding="ascii") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-    def __enter__(self):
-        import torch
-
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-            torch.cuda.reset_peak_memory_stats(self.device)
-            self._base = torch.cuda.memory_allocated(self.device)
-            return self
-        self._base = self._peak = self._rss()
-        self._stop = threading.Event()
-
-        def poll():
-            while not self._stop.wait(0.001):
-                self._peak = max(self._peak, self._rss())
-
-        self._thread = threading.Thread(target=poll, daemon=True)
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        import torch
-
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-            peak = torch.cuda.max_memory_allocated(self.device)
-        else:
-            self._stop.set()
-            self._thread.join()
-            peak = max(self._peak, self._rss())
-        self.mib = (peak - self._base) / 2**20
-        return False
+    if device.type != "cuda":
+        return fn(), None
+    torch.cuda.synchronize(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    base = torch.cuda.memory_allocated(device)
+    out = fn()
+    torch.cuda.synchronize(device)
+    return out, (torch.cuda.max_memory_allocated(device) - base) / 2**20
 
 
 def sync(device) -> None:
@@ -114,75 +87,116 @@ def sync(device) -> None:
         torch.cuda.synchronize(device)
 
 
+def prefill_ms(target, ids, positions, stops, repeats: int = 3) -> float:
+    """The prompt's time to first token: the median wall time of
+    ``target.generate`` for one new token. It is subtracted from every row's
+    wall time on that prompt to give the ``decode_only`` window, so each row
+    loses the same prefill."""
+    import torch
+
+    times = []
+    with torch.inference_mode():
+        for _ in range(repeats):
+            sync(target.device)
+            start = time.perf_counter()
+            hf_generate(target, ids, positions, 1, stops)
+            sync(target.device)
+            times.append((time.perf_counter() - start) * 1e3)
+    return float(np.median(times))
+
+
 def run_row(row, cfg, target, head, processor, ids, positions, max_new, stops) -> dict:
-    """One timed call of one row: new tokens, wall ms, tau (or None), peak MiB."""
+    """One timed call of one row: new tokens, wall ms (prefill included), tau
+    (or None), peak MiB (CUDA only)."""
     import torch
 
     import glance
 
     device = target.device
     kw = dict(positions=positions, stop_token_ids=stops, return_stats=True)
-    rounds = None  # (committed, rounds) for the rows that draft
-    with PeakMemory(device) as mem, torch.inference_mode():
-        sync(device)
-        start = time.perf_counter()
+
+    def call():
         if row.startswith("hf_"):
             extra = {}
             if row == "hf_prompt_lookup":
                 extra["prompt_lookup_num_tokens"] = int(cfg.bench.lookup_tokens)
-            new = hf_generate(target, ids, positions, max_new, stops, **extra)
-        elif row == "dflash_chain":
-            new, rounds = dflash_generate(head, target, ids, positions, max_new, stops)
+            return hf_generate(target, ids, positions, max_new, stops, **extra), None
+        if row == "dflash_chain":
+            return dflash_generate(head, target, ids, positions, max_new, stops)
+        if row == "glance_greedy":
+            out, stats = glance.greedy_generate(target, ids, max_new, **kw)
+        elif row == "glance_chain":
+            out, stats = glance.chain_generate(head, target, ids, max_new, **kw)
         else:
-            if row == "glance_greedy":
-                out, stats = glance.greedy_generate(target, ids, max_new, **kw)
-            elif row == "glance_chain":
-                out, stats = glance.chain_generate(head, target, ids, max_new, **kw)
-            else:
-                budget = "auto" if row == "glance_auto" else decode_settings(cfg)["budget"]
-                out, stats = glance.generate(
-                    head,
-                    target,
-                    ids,
-                    max_new,
-                    budget=budget,
-                    branch_k=int(cfg.branch_k),
-                    extend_budget=int(cfg.decode.extend_row) if row == "glance_extend" else 0,
-                    costs=verify_costs(),
-                    **kw,
-                )
-            if row != "glance_greedy":
-                rounds = (sum(r.committed for r in stats.rounds), len(stats.rounds))
-            new = out[0, ids.shape[1] :].tolist()
+            budget = "auto" if row == "glance_auto" else decode_settings(cfg)["budget"]
+            out, stats = glance.generate(
+                head,
+                target,
+                ids,
+                max_new,
+                budget=budget,
+                branch_k=int(cfg.branch_k),
+                extend_budget=int(cfg.decode.extend_row) if row == "glance_extend" else 0,
+                costs=verify_costs(),
+                **kw,
+            )
+        rounds = None
+        if row != "glance_greedy":
+            rounds = (sum(r.committed for r in stats.rounds), len(stats.rounds))
+        return out[0, ids.shape[1] :].tolist(), rounds
+
+    with torch.inference_mode():
+        sync(device)
+        start = time.perf_counter()
+        (new, rounds), mib = peak_memory(device, call)
         sync(device)
         ms = (time.perf_counter() - start) * 1e3
-    return {"ids": new, "ms": ms, "new_tokens": len(new), "rounds": rounds, "peak_mib": mem.mib}
+    return {"ids": new, "ms": ms, "new_tokens": len(new), "rounds": rounds, "peak_mib": mib}
 
 
-def summarise(runs: dict, seed: int, resamples: int) -> dict:
+def summarise(runs: dict, prefill: list, seed: int, resamples: int) -> dict:
+    """Per row, one aggregation: pooled time over pooled tokens, in both windows
+    (``end_to_end``: the whole call; ``decode_only``: minus the prompt's
+    prefill). Speedups are ratios of pooled times with paired bootstrap
+    intervals over prompts: each row over ``hf_greedy``, and ``glance_tree``
+    over each row."""
     from glance.metrics import drop_warmup, paired_bootstrap, pooled_tau
 
-    base = list(drop_warmup(runs["hf_greedy"]))
+    def interval(base, method):
+        est = paired_bootstrap(base, method, seed=seed, n_resamples=resamples)
+        return {"estimate": est.estimate, "low": est.low, "high": est.high}
+
+    pre = list(drop_warmup(prefill))
+    calls = {row: list(drop_warmup(c)) for row, c in runs.items()}
+    windows = {
+        "end_to_end": {row: [c["ms"] for c in cs] for row, cs in calls.items()},
+        "decode_only": {
+            row: [max(c["ms"] - p, 1e-6) for c, p in zip(cs, pre, strict=True)]
+            for row, cs in calls.items()
+        },
+    }
+    base = calls["hf_greedy"]
     out = {}
-    for row, calls in runs.items():
-        calls = list(drop_warmup(calls))
-        per_token = [c["ms"] / max(c["new_tokens"], 1) for c in calls]
-        tokens = sum(c["new_tokens"] for c in calls)
-        ms = sum(c["ms"] for c in calls)
-        drafted = [c["rounds"] for c in calls if c["rounds"] is not None]
-        est = paired_bootstrap(
-            [b["ms"] for b in base], [c["ms"] for c in calls], seed=seed, n_resamples=resamples
-        )
+    for row, cs in calls.items():
+        tokens = sum(c["new_tokens"] for c in cs)
+        drafted = [c["rounds"] for c in cs if c["rounds"] is not None]
+        peaks = [c["peak_mib"] for c in cs if c["peak_mib"] is not None]
         out[row] = {
-            "median_ms_per_token": float(np.median(per_token)),
-            "tokens_per_s": 1e3 * tokens / ms,
+            "new_tokens": tokens,
             "tau": pooled_tau(*zip(*drafted, strict=True)) if drafted else None,
-            "peak_mib": float(np.max([c["peak_mib"] for c in calls])),
-            "speedup": {"estimate": est.estimate, "low": est.low, "high": est.high},
+            "peak_mib": float(np.max(peaks)) if peaks else None,
             "same_output_as_hf_greedy": sum(
-                c["ids"] == b["ids"] for c, b in zip(calls, base, strict=True)
+                c["ids"] == b["ids"] for c, b in zip(cs, base, strict=True)
             ),
         }
+        for window, ms in windows.items():
+            total = float(np.sum(ms[row]))
+            out[row][window] = {
+                "ms_per_token": total / tokens,
+                "tokens_per_s": 1e3 * tokens / total,
+                "speedup": interval(ms["hf_greedy"], ms[row]),
+                "glance_tree_over": interval(ms[row], ms["glance_tree"]),
+            }
     return out
 
 
@@ -230,8 +244,9 @@ def length_curve(cfg, target, head, processor) -> dict:
                         target, ids, int(length), positions=positions, return_stats=True
                     )
                 per[row].append(stats)
-        for row, values in per.items():  # the first prompt is the warm-up
-            out[row].append(float(np.median([st.ms_per_token for st in values[1:]])))
+        for row, values in per.items():  # the first prompt is the warm-up; pooled
+            ms = sum(st.ms_per_token * st.new_tokens for st in values[1:])
+            out[row].append(ms / sum(st.new_tokens for st in values[1:]))
         # Separates cost from acceptance: a round's time, and tokens per round.
         rounds = [r for st in per["glance_tree"][1:] for r in st.rounds]
         out["glance_tree_round_ms"].append(
@@ -286,20 +301,32 @@ def budget_curve(cfg, target, head, processor) -> dict:
     return {"task": task.name, "rows": rows}
 
 
+def _x(sp: dict) -> str:
+    return f"{sp['estimate']:.2f}x [{sp['low']:.2f}, {sp['high']:.2f}]"
+
+
 def markdown(result: dict) -> str:
-    lines = [
-        "| task | row | ms/token | tokens/s | tau | peak MiB | speedup vs hf_greedy |",
-        "|---|---|---|---|---|---|---|",
-    ]
+    """One row per task and system. Pooled over prompts (total time over total
+    tokens); ``e2e``: the whole call, prefill included; ``decode``: minus the
+    prompt's time to first token. Intervals: 95% paired BCa bootstrap over prompts."""
+    memory = any(
+        x["peak_mib"] is not None for rows in result["tasks"].values() for x in rows.values()
+    )
+    head = "| task | row | tau | tokens/s e2e | ms/token e2e | ms/token decode "
+    head += "| over hf_greedy, e2e | over hf_greedy, decode | glance_tree over row, e2e |"
+    lines = [head + (" peak MiB |" if memory else ""), "|---" * (9 + memory) + "|"]
     for task, rows in result["tasks"].items():
         for row, x in rows.items():
-            sp = x["speedup"]
+            e2e, dec = x["end_to_end"], x["decode_only"]
             tau = f"{x['tau']:.2f}" if x["tau"] is not None else ""
-            lines.append(
-                f"| {task} | {row} | {x['median_ms_per_token']:.2f} | {x['tokens_per_s']:.1f} | "
-                f"{tau} | {x['peak_mib']:.1f} | {sp['estimate']:.2f}x "
-                f"[{sp['low']:.2f}, {sp['high']:.2f}] |"
+            line = (
+                f"| {task} | {row} | {tau} | {e2e['tokens_per_s']:.1f} | {e2e['ms_per_token']:.3f} "
+                f"| {dec['ms_per_token']:.3f} | {_x(e2e['speedup'])} | {_x(dec['speedup'])} "
+                f"| {_x(e2e['glance_tree_over'])} |"
             )
+            if memory:
+                line += f" {x['peak_mib']:.1f} |" if x["peak_mib"] is not None else " |"
+            lines.append(line)
     return "\n".join(lines) + "\n"
 
 
@@ -323,25 +350,53 @@ def main(cfg) -> None:
         "branch_k": int(cfg.branch_k),
         "extend_budget": int(cfg.decode.extend_row) if "glance_extend" in rows else 0,
         "n": int(cfg.bench.n),
+        "aggregation": "pooled time over pooled tokens, after the warm-up prompt",
+        "windows": {
+            "end_to_end": "wall clock around the whole call, prefill included",
+            "decode_only": "end_to_end minus the prompt's time to first token "
+            "(median of 3 target.generate calls for one token)",
+        },
+        "peak_memory": "CUDA allocator peak above the call's start; null off CUDA",
         "tasks": {},
     }
     for name in cfg.bench.tasks:
         task = task_by_name(name)
         max_new = int(cfg.max_new_tokens or task.max_new_tokens)
-        runs = {row: [] for row in rows}
+        runs, prefill = {row: [] for row in rows}, []
         records = task_records(cfg, task, int(cfg.bench.n) + 1)
         for record in tqdm(records, desc=f"bench {name}", unit="prompt"):
             ids, positions = prompt_inputs(processor, record, cfg.paths.data)
+            prefill.append(prefill_ms(target, ids, positions, stops))
             for row in rows:  # interleaved: every row on this prompt, then the next prompt
                 runs[row].append(
                     run_row(row, cfg, target, head, processor, ids, positions, max_new, stops)
                 )
-        result["tasks"][name] = summarise(runs, int(cfg.seed), int(cfg.decode.bootstrap))
+        result["tasks"][name] = summarise(runs, prefill, int(cfg.seed), int(cfg.decode.bootstrap))
     result["length_curve"] = length_curve(cfg, target, head, processor)
     result["budget_curve"] = budget_curve(cfg, target, head, processor)
     results = Path(cfg.paths.results)
     write_json(results / "bench.json", result)
     atomic_write_text(results / "bench.md", markdown(result))
+    # the cost curves as tables, for `dvc plots`
+    cost = ["tree_size,verify_ms,draft_ms,host_ms,host_share"] + [
+        f"{r['tree_size']:.6g},{r['verify_ms']:.6g},{r['draft_ms']:.6g},{r['host_ms']:.6g},"
+        f"{r['host_share']:.6g}"
+        for r in result["budget_curve"]["rows"]
+    ]
+    atomic_write_text(results / "verify_cost.csv", "\n".join(cost) + "\n")
+    lc = result["length_curve"]
+    length = ["new_tokens,glance_tree_ms_per_token,glance_greedy_ms_per_token,glance_tree_round_ms"]
+    length += [
+        f"{n},{t:.6g},{g:.6g},{r:.6g}"
+        for n, t, g, r in zip(
+            lc["new_tokens"],
+            lc["glance_tree"],
+            lc["glance_greedy"],
+            lc["glance_tree_round_ms"],
+            strict=True,
+        )
+    ]
+    atomic_write_text(results / "length_curve.csv", "\n".join(length) + "\n")
     log.info("bench:\n%s", markdown(result))
 
 

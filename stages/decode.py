@@ -187,6 +187,17 @@ def main(cfg) -> None:
     summary["tau_by_temperature"] = {
         t: summary["systems"][name]["tau"] for t, name in glance_rows.items()
     }
+    # each sampled GLANCE row's tau over the decode temperature's, paired over prompts
+    summary["tau_over_base_temperature"] = {
+        t: tau_ratio(measured[name], measured["glance"], *stat)
+        for t, name in glance_rows.items()
+        if name != "glance"
+    }
+    if "glance_extend" in measured:
+        summary["extend_over_plain"] = {
+            "tau": tau_ratio(measured["glance_extend"], measured["glance"], *stat),
+            "speed": speed_ratio(measured["glance"], measured["glance_extend"], *stat),
+        }
     if cfg.chain:
         ratios = {
             t: tau_ratio(measured[name], measured[name.replace("glance", "chain", 1)], *stat)

@@ -37,24 +37,26 @@ def main(cfg) -> None:
     results, figures = Path(cfg.paths.results), Path(cfg.paths.figures)
     summaries = _summaries(results / "decode", cfg.tasks, "run the decode stage")
     law = read_json(results / "law.json", "run the fit_law stage first")
-    report.law_panel(plt, law, summaries[cfg.tasks[0]]["cap"], figures / "law.png")
+    meta = summaries[cfg.tasks[0]]
+    report.law_panel(plt, law, meta["cap"], figures / "law.png", meta)
     report.tree_over_chain_panel(plt, summaries, cfg.budget, figures / "tree_vs_chain.png")
     context = {
         int(n): read_json(results / "context" / f"ctx-{n}" / "summary.json", "run context first")
         for n in cfg.context_sweep.lengths
     }
     report.context_panel(plt, context, cfg.context_sweep.task, figures / "context.png")
-    sweep = {
-        int(b): read_json(results / "sweep" / f"budget-{b}" / "summary.json", "run sweep first")
-        for b in cfg.sweep.budgets
+    sweeps = {
+        t: read_json(results / "sweep" / t / "summary.json", "run sweep first") for t in cfg.tasks
     }
-    report.budget_panel(plt, sweep, cfg.sweep.task, figures / "budget.png")
-    report.cost_curves(plt, read_json(results / "bench.json", "run bench first"), figures)
+    report.budget_panel(plt, sweeps, figures / "budget.png")
+    bench = read_json(results / "bench.json", "run bench first")
+    report.cost_curves(plt, bench, figures, {"target": bench["target"], "timing": "see each axis"})
 
     table, main_md = report.main_table(summaries)
     table["budget_sweep"] = {
-        str(b): {k: sweep[b]["systems"]["glance"][k] for k in ("tau", "speedup")}
-        for b in sorted(sweep)
+        t: {b: {k: x[k] for k in ("tau", "speedup")} for b, x in s["budgets"].items()}
+        | {"auto": {k: s["auto"][k] for k in ("tau", "speedup", "mean_tree_size")}}
+        for t, s in sweeps.items()
     }
     regime, regime_md = report.regime_table(summaries)
     draws = {"main": regime["tasks"]}

@@ -4,15 +4,21 @@ Reads ``results/decode/<task>/rounds.jsonl`` (rounds of ``system == "glance"``),
 each with its effective ``cap``: the most drafted tokens the round could accept,
 the block's limit or the tokens left before the output's end, whichever is
 smaller. A round that reached its cap is censored, not a rejection. Writes
-``results/law.json``: per task and pooled, b0, b1, r2_round, r2_ceiling, the
-decile curve, the ceiling's bin means, Spearman, and ``holds()`` with its four
-conditions; and ``results/law_deciles.csv`` (task, entropy, accepted,
-fitted, count) for ``dvc plots``. A task whose rounds cannot be fitted (for
-example every round at the cap) is reported with the reason instead of numbers.
+``results/law.json``: per task and pooled, every field of ``DraftabilityLaw``
+(b0, b1, r2_round, r2_ceiling and the ceiling's curve ``ceiling_entropy`` /
+``ceiling_accepted``, the decile curve, Spearman), ``holds`` with its four
+``conditions`` and the ``thresholds`` it applied, and ``b1_interval``: a 95%
+percentile interval for b1 from a bootstrap over prompts (pooled: over
+task/prompt pairs) with ``decode.bootstrap`` resamples seeded by ``seed``. Also
+``results/law_deciles.csv`` (task, entropy, accepted, fitted, count) for ``dvc
+plots``. A task whose rounds cannot be fitted is reported with the reason
+instead of numbers.
 """
 
 from __future__ import annotations
 
+import json
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -21,28 +27,32 @@ from glance.results import read_rounds
 from stages.common import app, log, read_json, setup, write_json
 
 
-def fit(entropy, accepted, cap) -> dict:
-    """The law's fit and ``holds()``, plus the ceiling's curve: mean entropy and
-    mean accepted length in each of the ceiling's equal-count entropy bins."""
-    from glance.law import DraftabilityLaw, rank_bins
+def read_prompts(path, system: str = "glance") -> np.ndarray:
+    """The prompt of each round of ``system``, in :func:`read_rounds`' order."""
+    with open(path, encoding="utf-8") as f:
+        records = (json.loads(line) for line in f)
+        return np.array([r["prompt"] for r in records if r["system"] == system])
+
+
+def fit(entropy, accepted, cap, prompts, *, resamples: int, seed: int) -> dict:
+    """The law's fields, ``holds()`` with its conditions and thresholds, and b1's
+    prompt-bootstrap interval, as one JSON-ready dict."""
+    from glance.law import DraftabilityLaw, b1_interval, holds_thresholds
 
     try:
         law = DraftabilityLaw.fit(entropy, accepted, cap=cap)
+        interval = b1_interval(entropy, accepted, cap, prompts, resamples=resamples, seed=seed)
     except ValueError as err:
         return {"n": int(len(entropy)), "error": str(err)}
-    ok, conditions = law.holds()
-    bins = rank_bins(entropy, law.ceiling_bins)
-    count = np.bincount(bins, minlength=law.ceiling_bins)
-    used = count > 0
-    curve = {
-        "ceiling_entropy": (
-            np.bincount(bins, weights=entropy, minlength=law.ceiling_bins)[used] / count[used]
-        ).tolist(),
-        "ceiling_accepted": (
-            np.bincount(bins, weights=accepted, minlength=law.ceiling_bins)[used] / count[used]
-        ).tolist(),
+    thresholds = holds_thresholds()
+    ok, conditions = law.holds(**thresholds)
+    b1_ci = {k: v for k, v in asdict(interval).items() if k != "estimate"}
+    return law.to_dict() | {
+        "holds": ok,
+        "conditions": conditions,
+        "thresholds": thresholds,
+        "b1_interval": b1_ci,
     }
-    return law.to_dict() | {"holds": ok, "conditions": conditions} | curve
 
 
 @app
@@ -51,16 +61,17 @@ def main(cfg) -> None:
 
     setup(cfg)
     results = Path(cfg.paths.results)
-    per_task, pooled_h, pooled_a, pooled_cap = {}, [], [], []
+    boot = {"resamples": int(cfg.decode.bootstrap), "seed": int(cfg.seed)}
+    per_task, columns = {}, []
     for name in cfg.tasks:
         folder = results / "decode" / name
         read_json(folder / "summary.json", f"run the decode stage for {name}")
         h, a, cap = read_rounds(folder / "rounds.jsonl")
-        per_task[name] = fit(h, a, cap)
-        pooled_h.append(h)
-        pooled_a.append(a)
-        pooled_cap.append(cap)
-    pooled = fit(np.concatenate(pooled_h), np.concatenate(pooled_a), np.concatenate(pooled_cap))
+        prompts = read_prompts(folder / "rounds.jsonl")
+        per_task[name] = fit(h, a, cap, prompts, **boot)
+        columns.append((h, a, cap, np.char.add(f"{name}/", prompts.astype(str))))
+    # Pooled, a prompt is a (task, prompt) pair: tasks number their prompts alike.
+    pooled = fit(*(np.concatenate(c) for c in zip(*columns, strict=True)), **boot)
     write_json(results / "law.json", {"pooled": pooled, "tasks": per_task})
     rows = ["task,entropy,accepted,fitted,count"]
     for name, law in [*per_task.items(), ("pooled", pooled)]:
@@ -79,9 +90,11 @@ def main(cfg) -> None:
         log.warning("pooled law not fitted: %s", pooled["error"])
     else:
         log.info(
-            "pooled law: b0 %s, b1 %s, r2_round %s, ceiling %s, holds %s",
+            "pooled law: b0 %s, b1 %s [%s, %s], r2_round %s, ceiling %s, holds %s",
             pooled["b0"],
             pooled["b1"],
+            pooled["b1_interval"]["low"],
+            pooled["b1_interval"]["high"],
             pooled["r2_round"],
             pooled["r2_ceiling"],
             pooled["holds"],

@@ -3,12 +3,16 @@
     python -m stages.readme
 
 Each table sits between ``<!-- NAME:start -->`` and ``<!-- NAME:end -->``
-markers: ``bench`` (the speed table, from ``results/bench.json``), ``regime``
-(where the toy world sits, ``results/regime_table.md``), ``seeds`` (other task
-draws, ``results/seeds_table.md``), ``main`` (``results/main_table.md``) and
-``law`` (``results/law.json``), ``heads`` and ``arms`` (the comparison arms,
-``results/arms.json`` and ``arms.md``). A test checks that the README matches the
-committed results.
+markers: ``bench`` (the speed table: ``results/bench.md`` verbatim, under a line
+from ``results/bench.json``), ``regime`` (where the toy world sits,
+``results/regime_table.md``), ``seeds`` (other task draws,
+``results/seeds_table.md``), ``main`` (``results/main_table.md``), ``law``
+(rendered from ``results/law.json``), ``heads`` and ``arms`` (the comparison
+arms, ``results/arms.json`` and ``results/arms.md``). Where results/ has the
+Markdown, it is copied as it is, so the README cannot drift from it.
+``tests/test_readme.py`` checks every number in the README's tables against
+these blocks, and that no table outside them carries numbers unless it says
+where they come from.
 """
 
 from __future__ import annotations
@@ -22,33 +26,58 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def speed_table(bench: dict, table: str) -> str:
-    """The bench's table (``results/bench.md``), with where and how it was measured."""
-    head = (
-        f"Measured by `python -m stages.bench` on `{bench['target']}` ({bench['device']}, "
-        f"{bench['dtype']}), budget {bench['budget']}, branch_k {bench['branch_k']}, "
-        f"{bench['n']} prompts per task after a warm-up; speedups are against "
-        "transformers' greedy `generate` with 95% paired-bootstrap intervals.\n\n"
-    )
+    """The bench's own table (``results/bench.md``, verbatim), after one line
+    saying where and how it was measured, from the keys ``bench.json`` has."""
+    where = ", ".join(str(bench[k]) for k in ("device", "dtype") if k in bench)
+    knobs = ", ".join(f"{k} {bench[k]}" for k in ("budget", "branch_k") if k in bench)
+    head = f"Measured by `python -m stages.bench` on `{bench.get('target', '?')}`"
+    head += f" ({where})" if where else ""
+    head += f", {knobs}" if knobs else ""
+    head += f", {bench['n']} prompts per task after a warm-up" if "n" in bench else ""
+    if "aggregation" in bench:
+        head += f". One aggregation: {bench['aggregation']}"
+    for window, meaning in bench.get("windows", {}).items():
+        head += f"; `{window}` (e2e / decode): {meaning}"
+    if "peak_memory" in bench:
+        head += f"; peak memory: {bench['peak_memory']}"
+    head += ". Speedups are ratios of pooled times, against transformers' greedy `generate`"
+    head += " and for `glance_tree` over each row, with 95% paired-bootstrap intervals"
+    head += " over prompts.\n\n"
     return head + table
 
 
+def _num(fit: dict, key: str, fmt: str) -> str:
+    """``fit[key]`` formatted, or empty where the fit has no such number."""
+    value = fit.get(key)
+    return "" if value is None else format(value, fmt)
+
+
 def law_table(law: dict) -> str:
-    """The law's fit per task and pooled, with ``holds()`` and its conditions."""
+    """The law's fit per task and pooled (``results/law.json``): rounds (censored),
+    b0, b1 (with its prompt-level bootstrap interval, ``b1_interval``), R² per round
+    and against the ceiling, and ``holds()`` with the conditions that failed."""
     lines = [
-        "| fit | rounds (censored) | b0 | b1 | Spearman rho | R² round / ceiling | holds() |",
+        "| task | n (censored) | b0 | b1 | R² round | R² ceiling | holds() |",
         "|---|---|---|---|---|---|---|",
     ]
     for name, fit in [*law["tasks"].items(), ("pooled", law["pooled"])]:
+        n = f"{fit['n']}" + (f" ({fit['n_censored']})" if "n_censored" in fit else "")
         if "error" in fit:
-            lines.append(f"| {name} | {fit['n']} | | | | | not fitted: {fit['error']} |")
+            lines.append(f"| {name} | {n} | | | | | not fitted: {fit['error']} |")
             continue
-        failed = [k for k, ok in fit["conditions"].items() if not ok]
-        verdict = "yes" if fit["holds"] else "no (" + ", ".join(failed) + ")"
-        r2 = f"{fit['r2_round']:.3f} / {fit['r2_ceiling']:.3f}"
-        lines.append(
-            f"| {name} | {fit['n']} ({fit['n_censored']}) | {fit['b0']:.2f} | {fit['b1']:.2f} | "
-            f"{fit['spearman_rho']:.2f} | {r2} | {verdict} |"
-        )
+        b1 = _num(fit, "b1", ".2f")
+        iv = fit.get("b1_interval") or {}
+        if iv.get("low") is not None and iv.get("high") is not None:
+            b1 += f" [{iv['low']:.2f}, {iv['high']:.2f}]"
+        failed = [k for k, ok in fit.get("conditions", {}).items() if not ok]
+        verdict = "yes" if fit["holds"] else "no" + (f" ({', '.join(failed)})" if failed else "")
+        cells = [
+            _num(fit, "b0", ".2f"),
+            b1,
+            _num(fit, "r2_round", ".3f"),
+            _num(fit, "r2_ceiling", ".3f"),
+        ]
+        lines.append(f"| {name} | {n} | {' | '.join(cells)} | {verdict} |")
     return "\n".join(lines) + "\n"
 
 

@@ -58,3 +58,32 @@ def test_each_row_is_gated_against_its_own_baseline():
     with pytest.raises(SystemExit, match=r"p: row glance@0.7 differs from ar@0.7 at new token 1"):
         check_lossless(bases, runs, "p", control)
     assert asked == ["ar@0.7"]
+
+
+def test_the_audit_plans_every_lossless_row_with_its_baseline():
+    from stages.audit import plan
+
+    rows = plan({"budget": 63, "branch_k": 8}, [1, 7], [0.7], extend=63, auto=True)
+    bases = {r: b for r, (b, *_) in rows.items()}
+    assert bases == {
+        "ar": None, "glance": "ar", "glance_auto": "ar", "chain": "ar", "glance_extend": "ar",
+        "glance@N=1": "ar", "glance@N=7": "ar",
+        "ar@0.7": None, "glance@0.7": "ar@0.7", "chain@0.7": "ar@0.7",
+    }  # fmt: skip
+    assert rows["glance@N=7"][3] == {"budget": 7, "branch_k": 8}
+    assert rows["glance_extend"][3]["extend_budget"] == 63
+    assert rows["glance_auto"][3]["budget"] == "auto"
+    # budget="auto" as the configured budget: no separate auto row; no extension row without one
+    assert set(plan({"budget": "auto", "branch_k": 8}, [], [], 0, True)) == {
+        "ar",
+        "glance",
+        "chain",
+    }
+
+
+def test_an_audit_verdict_blames_the_decoder_only_when_the_control_agrees():
+    from stages.audit import verdict
+
+    assert verdict([1, 2], [1, 2], [1, 2]) == "equal"
+    assert verdict([1, 3], [1, 2], [1, 2]) == "MISMATCH"
+    assert verdict([1, 3], [1, 2], [1, 4]) == "control_differs"

@@ -362,7 +362,7 @@ def test_repro_writes_every_declared_output(repro):
     lock = yaml.safe_load((repro / "dvc.lock").read_text())["stages"]
     assert {"prepare", "target", "head", "audit", "fit_law", "figures"} <= set(lock)
     assert {f"decode@{t}" for t in TASKS} <= set(lock)
-    assert {"sweep@1", "sweep@7", "context@0", "context@16", "bench"} <= set(lock)
+    assert {f"sweep@{t}" for t in TASKS} | {"context@0", "context@16", "bench"} <= set(lock)
     for png in ("law", "tree_vs_chain", "context", "budget", "verify_cost", "length", "host_share"):
         data = (repro / "figures" / f"{png}.png").read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
@@ -430,12 +430,18 @@ def test_repro_decode_summaries(repro):
 
 @pytest.mark.slow
 def test_repro_sweep_and_context_runs(repro):
-    for budget in (1, 7):
-        s = json.loads(
-            (repro / "results" / "sweep" / f"budget-{budget}" / "summary.json").read_text()
-        )
-        assert s["budget"] == budget and s["task"] == "docvqa"
-        assert set(s["systems"]) == {"ar", "glance"}  # no chain, extension or sampled rows
+    for task in TASKS:
+        folder = repro / "results" / "sweep" / task
+        s = json.loads((folder / "summary.json").read_text())
+        assert s["task"] == task and set(s["budgets"]) == {"1", "7"} and s["n"] == 2
+        for x in [*s["budgets"].values(), s["auto"]]:
+            assert x["matches_baseline"] == 2  # the gate would have failed the stage otherwise
+            assert x["speedup"]["low"] <= x["speedup"]["estimate"] <= x["speedup"]["high"]
+        assert 1 <= s["auto"]["mean_tree_size"] <= 255
+        lines = (folder / "curve.csv").read_text().splitlines()
+        assert lines[0] == "budget,speedup,low,high,tau" and [
+            x.split(",")[0] for x in lines[1:]
+        ] == ["1", "7"]
     short = json.loads((repro / "results" / "context" / "ctx-0" / "summary.json").read_text())
     long = json.loads((repro / "results" / "context" / "ctx-16" / "summary.json").read_text())
     assert short["context"] == 0 and long["context"] == 16 and "tree_over_chain" in long
@@ -446,6 +452,15 @@ def test_repro_audit_law_and_table(repro):
     audit = json.loads((repro / "results" / "audit.json").read_text())
     assert audit["prompts"] == 5 and audit["mismatch"] == 0 and audit["extend_budget"] == 63
     assert all(r["glance_extend_equal"] for rows in audit["tasks"].values() for r in rows)
+    # every lossless row, with greedy's control beside each prompt
+    assert {"glance", "glance_auto", "chain", "glance_extend", "glance@N=1", "glance@N=7",
+            "glance@0.7", "chain@0.7", "glance@1", "chain@1"} == set(audit["rows"])  # fmt: skip
+    assert all(r["equal"] == 5 and r["MISMATCH"] == 0 for r in audit["rows"].values())
+    assert all(
+        p["prompt"] >= 1 and "ar" in p["control_equal"]
+        for ps in audit["tasks"].values()
+        for p in ps
+    )
     sampled = json.loads((repro / "results" / "sampling_table.json").read_text())
     assert sampled["temperatures"] == ["0", "0.7", "1"] and set(sampled["tasks"]) == set(TASKS)
     assert all("extend" in row for row in sampled["tasks"].values())
@@ -580,7 +595,10 @@ def test_repro_bench_rows_agree_and_cost_curves(repro):
         for name, row in rows.items():
             # Lossless rows and the baseline decode the same tokens.
             assert row["same_output_as_hf_greedy"] == 2, name
-            assert row["speedup"]["low"] <= row["speedup"]["estimate"] <= row["speedup"]["high"]
+            for window in ("end_to_end", "decode_only"):
+                sp = row[window]["speedup"]
+                assert sp["low"] <= sp["estimate"] <= sp["high"]
+            assert row["peak_mib"] is None  # no allocator peak off CUDA
             assert (row["tau"] is None) == (
                 name in ("hf_greedy", "hf_prompt_lookup", "glance_greedy")
             )

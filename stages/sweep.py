@@ -1,0 +1,118 @@
+"""Panel (d) for one task: GLANCE's speedup and tau against the verifier budget.
+
+    python -m stages.sweep +task=docvqa
+
+On ``sweep.n`` prompts (after a warm-up) the target decodes greedily, then
+GLANCE runs at every budget in ``sweep.budgets`` and at ``budget="auto"``, all
+interleaved prompt by prompt in one process, timed in the ``timing`` window.
+Every row is gated against greedy (``stages.common.check_lossless``). Writes
+``results/sweep/<task>/summary.json`` (per budget: tau, tokens per second and
+the speedup over greedy with its paired bootstrap interval; the configured
+budget; ``budget="auto"``'s row and its mean verified tree size per round) and
+``curve.csv`` (budget, speedup, low, high, tau) for ``dvc plots``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from glance.vl import stop_ids
+from stages.common import (
+    app,
+    budget,
+    check_lossless,
+    decode_settings,
+    load_head,
+    load_target,
+    prompt_inputs,
+    setup,
+    task_config,
+    task_records,
+    verify_costs,
+    write_json,
+)
+
+
+@app
+def main(cfg) -> None:
+    import glance
+    from glance._io import atomic_write_text
+    from glance.metrics import drop_warmup
+    from glance.results import system_summary
+
+    setup(cfg)
+    task = task_config(cfg)
+    settings = decode_settings(cfg, task)  # before any model loads
+    budgets = [budget("sweep.budgets", b) for b in cfg.sweep.budgets]
+    records = task_records(cfg, task, int(cfg.sweep.n) + 1)
+    target, processor = load_target(cfg)
+    head = load_head(cfg, target)
+    stops, max_new = stop_ids(processor, target), settings["max_new_tokens"]
+    rows = {"ar": None, **{f"N={b}": b for b in budgets}, "auto": "auto"}
+    runs, auto_sizes = {r: [] for r in rows}, []
+    for i, record in enumerate(records):
+        ids, positions = prompt_inputs(processor, record, cfg.paths.data)
+        kw = dict(
+            positions=positions, stop_token_ids=stops, timing=settings["timing"], return_stats=True
+        )
+
+        def call(row, ids=ids, kw=kw):
+            if rows[row] is None:
+                return glance.greedy_generate(target, ids, max_new, **kw)
+            return glance.generate(
+                head,
+                target,
+                ids,
+                max_new,
+                budget=rows[row],
+                branch_k=settings["branch_k"],
+                costs=verify_costs(),
+                **kw,
+            )
+
+        for row in rows:
+            out, stats = call(row)
+            runs[row].append(
+                {
+                    "ids": out[0, ids.shape[1] :].tolist(),
+                    "ms": stats.ms_per_token * stats.new_tokens,
+                    "new_tokens": stats.new_tokens,
+                    "committed": sum(r.committed for r in stats.rounds),
+                    "rounds": len(stats.rounds) if rows[row] is not None else None,
+                }
+            )
+            if row == "auto" and i > 0:
+                auto_sizes += [r.tree_size for r in stats.rounds]
+        check_lossless(
+            {r: None if r == "ar" else "ar" for r in rows},
+            runs,
+            f"sweep {task.name}, prompt {i}",
+            lambda base, ids=ids: call(base)[0][0, ids.shape[1] :].tolist(),
+        )
+    measured = {r: list(drop_warmup(v)) for r, v in runs.items()}
+    stat = (int(cfg.seed), int(cfg.decode.bootstrap))
+    summaries = {r: system_summary(measured[r], measured["ar"], *stat) for r in rows if r != "ar"}
+    summary = {
+        "task": task.name,
+        "n": int(cfg.sweep.n),
+        "timing": settings["timing"],
+        "dtype": str(cfg.dtype),
+        "device": str(cfg.device),
+        "target": cfg.target.name,
+        "budget": settings["budget"],
+        "branch_k": settings["branch_k"],
+        "budgets": {str(b): summaries[f"N={b}"] for b in budgets},
+        "auto": summaries["auto"] | {"mean_tree_size": sum(auto_sizes) / max(len(auto_sizes), 1)},
+    }
+    out = Path(cfg.paths.results) / "sweep" / task.name
+    write_json(out / "summary.json", summary)
+    lines = ["budget,speedup,low,high,tau"]
+    for b in budgets:
+        x = summary["budgets"][str(b)]
+        sp = x["speedup"]
+        lines.append(f"{b},{sp['estimate']:.6g},{sp['low']:.6g},{sp['high']:.6g},{x['tau']:.6g}")
+    atomic_write_text(out / "curve.csv", "\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()

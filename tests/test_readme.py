@@ -1,0 +1,278 @@
+"""The README's numbers: every table is a block `python -m stages.readme` writes
+from results/ (or says where else its numbers come from, and is checked there),
+and the prose numbers that cite a file match it."""
+
+import json
+import math
+import re
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from glance.toy.tasks import STYLES, TASKS, WRITABLE, make_example
+from stages.readme import blocks, law_table, render, speed_table
+
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+RESULTS = ROOT / "results"
+
+#: A number as the README writes one (signed, decimal, exponent, a trailing
+#: ``x``), but not a digit inside a name (Qwen3-VL, EAGLE-3, 8x8, 0.79M).
+NUMBER = re.compile(r"(?<![\w.\-])-?\d+(?:\.\d+)?(?:[eE]-?\d+)?x?(?!\w|\.\d)")
+MARKER = re.compile(r"<!-- (\w+):(start|end) -->")
+
+#: Tables outside the generated blocks that may hold numbers, by header line,
+#: and why their numbers do not come from results/.
+TOY_TASKS = (
+    "| task | prompt | one item | free words x letters, m | free share | nats / char | characters |"
+)
+ALLOWED = {
+    TOY_TASKS: "the toy world's definition (glance/toy/tasks.py) and its drawn task files; "
+    "test_toy_task_table_matches_the_world recomputes every number",
+    "| module | what it holds | needs |": "describes code ('width 1' is the chain)",
+}
+
+
+def numbers(line: str) -> list[str]:
+    """The numbers in ``line`` as written, leaving out `code spans` (names, commands)."""
+    return NUMBER.findall(re.sub(r"`[^`]*`", "", line))
+
+
+def table_lines(text: str) -> list[tuple[int, str, str | None]]:
+    """``(line number, line, generated block or None)`` for each Markdown table
+    line (one starting with ``|``, indented or not) outside code fences."""
+    out, block, fence = [], None, False
+    for i, line in enumerate(text.splitlines(), 1):
+        if line.lstrip().startswith("```"):
+            fence = not fence
+            continue
+        marker = MARKER.fullmatch(line.strip())
+        if marker:
+            block = marker[1] if marker[2] == "start" else None
+        elif not fence and line.lstrip().startswith("|"):
+            out.append((i, line, block))
+    return out
+
+
+def md_rows(path: Path) -> list[dict[str, str]]:
+    """The rows of the first Markdown table in ``path``, each a dict keyed by its header."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    first = next(i for i, line in enumerate(lines) if line.startswith("|"))
+    table = []
+    for line in lines[first:]:
+        if not line.startswith("|"):
+            break
+        table.append(line)
+    cells = lambda line: [c.strip() for c in line.strip().strip("|").split("|")]  # noqa: E731
+    return [dict(zip(cells(table[0]), cells(line), strict=True)) for line in table[2:]]
+
+
+def test_numbers_are_found_as_written():
+    line = (
+        "| caption | 0.79M `budget=63` Qwen3-VL 8x8 | -0.001 | 1.45x [1.34, 1.62] | 1e-6 | 130. |"
+    )
+    assert numbers(line) == ["-0.001", "1.45x", "1.34", "1.62", "1e-6", "130"]
+
+
+def test_law_table_renders_what_each_fit_has():
+    fit = {"n": 10, "b0": 1.0, "b1": 0.5, "b1_interval": {"low": 0.4, "high": 0.6}, "r2_round": 0.1}
+    fit |= {"holds": False, "conditions": {"slope_positive": True, "fit_clears": False}}
+    law = {
+        "tasks": {"x": fit, "y": {"n": 3, "error": "too few rounds"}},
+        "pooled": {"n": 13, "n_censored": 2, "b0": 1.0, "b1": 0.5, "holds": True},
+    }
+    lines = law_table(law).splitlines()
+    assert lines[2] == "| x | 10 | 1.00 | 0.50 [0.40, 0.60] | 0.100 |  | no (fit_clears) |"
+    assert lines[3] == "| y | 3 | | | | | not fitted: too few rounds |"
+    assert lines[4] == "| pooled | 13 (2) | 1.00 | 0.50 |  |  | yes |"
+
+
+def test_speed_table_is_the_bench_table_under_what_bench_json_has():
+    text = speed_table({"target": "toy", "n": 3}, "| task |\n|---|\n")
+    assert text.startswith("Measured by `python -m stages.bench` on `toy`, 3 prompts per task")
+    assert text.endswith("\n\n| task |\n|---|\n")
+
+
+def test_every_number_in_a_generated_table_equals_its_source():
+    readme = README.read_text(encoding="utf-8")
+    texts = blocks(RESULTS)
+    in_readme = defaultdict(list)
+    for i, line, block in table_lines(readme):
+        if block is not None:
+            in_readme[block].append((i, line))
+    problems = [
+        f"README.md has a block {name!r} that stages.readme does not write"
+        for name in set(in_readme) - set(texts)
+    ]
+    for name, text in texts.items():
+        fresh = [line for line in text.splitlines() if line.lstrip().startswith("|")]
+        have = in_readme.get(name, [])
+        if len(have) != len(fresh):
+            problems.append(
+                f"block {name}: README.md has {len(have)} table lines, results/ give {len(fresh)}"
+            )
+        for (i, line), want in zip(have, fresh, strict=False):
+            got, expected = numbers(line), numbers(want)
+            wrong = [(g, w) for g, w in zip(got, expected, strict=False) if g != w]
+            if wrong:
+                problems.append(
+                    f"README.md:{i} ({name}): {wrong[0][0]} where results/ give "
+                    f"{wrong[0][1]}: {line.strip()}"
+                )
+            elif len(got) != len(expected) or line != want:
+                problems.append(
+                    f"README.md:{i} ({name}): the line differs from results/: "
+                    f"{line.strip()} != {want.strip()}"
+                )
+    assert not problems, "README tables are stale (python -m stages.readme):\n" + "\n".join(
+        problems
+    )
+    assert render(readme, texts) == readme, "README blocks are stale: python -m stages.readme"
+    with pytest.raises(ValueError, match="markers"):
+        render("no markers here", texts)
+
+
+def test_tables_outside_generated_blocks_carry_no_untraced_numbers():
+    tables: list[list[tuple[int, str]]] = []
+    for i, line, block in table_lines(README.read_text(encoding="utf-8")):
+        if block is not None:
+            continue
+        if tables and tables[-1][-1][0] == i - 1:
+            tables[-1].append((i, line))
+        else:
+            tables.append([(i, line)])
+    headers = {table[0][1].strip() for table in tables}
+    assert set(ALLOWED) <= headers, (
+        f"ALLOWED names tables the README no longer has: {set(ALLOWED) - headers}"
+    )
+    problems = [
+        f"README.md:{i}: {numbers(line)[0]} is in a table outside the generated blocks "
+        f"and not in ALLOWED: {line.strip()}"
+        for table in tables
+        if table[0][1].strip() not in ALLOWED
+        for i, line in table
+        if numbers(line)
+    ]
+    assert not problems, "\n".join(problems)
+
+
+def test_toy_task_table_matches_the_world():
+    prepare = yaml.safe_load((ROOT / "params.yaml").read_text())["prepare"]
+    header = TOY_TASKS
+    lines = [(i, line) for i, line, _ in table_lines(README.read_text(encoding="utf-8"))]
+    start = next(k for k, (_, line) in enumerate(lines) if line.strip() == header)
+    rows = {
+        line.split("|")[1].strip(): (i, line)
+        for i, line in lines[start + 2 : start + 2 + len(TASKS)]
+    }
+    assert list(rows) == list(TASKS), f"the toy task table's rows: {list(rows)}, expected {TASKS}"
+    for task in TASKS:
+        rng = np.random.default_rng([prepare["seed"], WRITABLE.index(task)])  # as write_task draws
+        examples = [make_example(task, rng) for _ in range(prepare["n"])]
+        style = STYLES[task]
+        chars = sum(len(e.answer) for e in examples)
+        free = sum(style.letters * sum(p is None for p in e.parts) for e in examples)
+        expected = [style.words, style.words, style.letters, style.m]
+        expected += [
+            f"{free / chars:.2f}",
+            f"{free * math.log(style.m) / chars:.2f}",
+            f"{chars / len(examples):.0f}",
+        ]
+        i, line = rows[task]
+        got = numbers(line)
+        assert got == [str(x) for x in expected], (
+            f"README.md:{i} ({task}): {got}, the world gives {expected}"
+        )
+        assert f"| {examples[0].prompt} |" in line, (
+            f"README.md:{i}: the prompt is {examples[0].prompt!r}"
+        )
+
+
+def _prose_claims() -> list[tuple[str, str]]:
+    """``(source, text)``: each prose number the README cites, formatted from its source."""
+    read = lambda path: json.loads((ROOT / path).read_text(encoding="utf-8"))  # noqa: E731
+    regime = read("results/regime_table.json")["tasks"]
+    law = read("results/law.json")
+    bench = {(r["task"], r["row"]): r for r in md_rows(RESULTS / "bench.md")}
+    speed = lambda task, row: bench[(task, row)]["speedup vs hf_greedy"].split()[0]  # noqa: E731
+    main = {r["task"]: r for r in md_rows(RESULTS / "main_table.md")}
+    curve = read("results/bench.json")["length_curve"]
+    context = {
+        c: read(f"results/context/ctx-{c}/summary.json")["systems"]["glance"]["tau"]
+        for c in (0, 512)
+    }
+    target = read("models/toy-target/train_log.json")
+    ceilings = [t["tau_ceiling"] for t in regime.values()]
+    held = [name for name, fit in law["tasks"].items() if fit["holds"]]
+    prepare = yaml.safe_load((ROOT / "params.yaml").read_text())["prepare"]
+    rng = np.random.default_rng([prepare["seed"], WRITABLE.index("longform")])
+    longform = np.mean([len(make_example("longform", rng).answer) for _ in range(prepare["n"])])
+    return [
+        ("results/regime_table.json", f"{min(ceilings):.2f} to {max(ceilings):.2f}"),
+        (
+            "results/regime_table.json",
+            f"root entropy {regime['docvqa']['root_entropy']:.2f} "
+            f"against {regime['infovqa']['root_entropy']:.2f}",
+        ),
+        (
+            "results/regime_table.json",
+            f"({regime['docvqa']['glance_tau']:.2f} against {regime['infovqa']['glance_tau']:.2f}",
+        ),
+        (
+            "results/regime_table.json",
+            f"chain tau is {regime['chartqa']['chain_tau']:.2f} and GLANCE reaches "
+            f"{regime['chartqa']['glance_share_of_ceiling']:.2f}",
+        ),
+        (
+            "results/main_table.md",
+            f"gains least over the chain there, {main['chartqa']['auto over chain']}",
+        ),
+        (
+            "results/bench.md",
+            f"infovqa ({speed('infovqa', 'glance_auto')} "
+            f"against {speed('infovqa', 'dflash_chain')}",
+        ),
+        (
+            "results/bench.md",
+            f"chartqa ({speed('chartqa', 'glance_auto')} "
+            f"against {speed('chartqa', 'dflash_chain')})",
+        ),
+        ("results/law.json", f"the law holds on {len(held)} of {len(law['tasks'])}"),
+        (
+            "results/bench.json",
+            f"rises from {curve['glance_tree_tau'][0]:.1f} at {curve['lengths'][0]} new tokens to "
+            f"{curve['glance_tree_tau'][-1]:.1f} at {curve['lengths'][-1]}",
+        ),
+        ("results/context/", f"tau falls from {context[0]:.2f} to {context[512]:.2f}"),
+        (
+            "models/toy-target/train_log.json",
+            f"{target['seconds']:.0f} s, about {target['seconds'] / 60:.0f} minutes",
+        ),
+        (
+            "models/toy-target/train_log.json",
+            " s and ".join(f"{p['seconds']:.0f}" for p in target["phases"]) + " s;",
+        ),
+        ("models/toy-target/train_log.json", f"retraining it: {target['seconds']:.0f} s"),
+        (
+            "models/eagle-head/eagle.json",
+            f"trained in {read('models/eagle-head/eagle.json')['train']['train_seconds']:.0f} s",
+        ),
+        (
+            "models/assistant/assistant.json",
+            f"assistant in {read('models/assistant/assistant.json')['train']['seconds']:.0f} s",
+        ),
+        ("glance/toy/tasks.py", f"about {round(longform, -1):.0f} characters"),
+    ]
+
+
+def test_prose_numbers_match_the_files_they_cite():
+    prose = " ".join(README.read_text(encoding="utf-8").split())
+    missing = [
+        f"{source}: expected the README to say {text!r}"
+        for source, text in _prose_claims()
+        if text not in prose
+    ]
+    assert not missing, "README prose is stale:\n" + "\n".join(missing)
