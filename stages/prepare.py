@@ -3,7 +3,13 @@
 ``prepare.source=toy`` (the default) draws the toy tasks, seeded by
 ``prepare.seed``. Any other value is a folder of task files in the same format
 (one ``{"image", "prompt"}`` record per line, the image path relative to the
-folder); they are checked and copied in, so DVC tracks what was decoded. Every
+folder); they are checked and copied in, so DVC tracks what was decoded. With
+``prepare.dataset=<mapping>`` (``conf/dataset/<mapping>.yaml``) the source is
+a benchmark read through ``datasets`` (:mod:`glance.benchmarks`): ``hf``
+(the mapping's hub name), ``hf:<name>``, or a local parquet file or folder,
+arrow file or ``save_to_disk`` folder, with ``prepare.split``,
+``prepare.limit`` (rows read; null: ``n + 1``) and ``prepare.revision``. It
+fills the mapping's one task, so ``tasks`` must name only that task. Every
 record must parse, its image must stay inside the folder and open with Pillow,
 its prompt must fit the target's positions with the task's ``max_new_tokens``,
 and each file needs ``n + 1`` records. On any failure the old data
@@ -81,8 +87,45 @@ def main(cfg) -> None:
             f"got {cfg.prepare.n}"
         )
 
-    def fill(tmp: Path) -> None:
+    mapping = None
+    if cfg.prepare.dataset is not None:  # checked before anything is read or written
+        from glance.benchmarks import Mapping
+
+        conf = Path(__file__).resolve().parent.parent / "conf" / "dataset"
+        mapping = Mapping.from_file(conf / f"{cfg.prepare.dataset}.yaml")
         if source == "toy":
+            raise SystemExit(
+                "prepare.source: expected hf, hf:<name> or a local dataset path "
+                f"with prepare.dataset={cfg.prepare.dataset}; got toy"
+            )
+        if list(cfg.tasks) != [mapping.task]:
+            raise SystemExit(
+                f"tasks: dataset {mapping.name} fills one task, {mapping.task}; "
+                f"set tasks=[{mapping.task}] (got {list(cfg.tasks)})"
+            )
+
+    def fill(tmp: Path) -> None:
+        if mapping is not None:
+            from glance.benchmarks import load_rows, write_task
+
+            limit = cfg.prepare.limit if cfg.prepare.limit is not None else need
+            rows = load_rows(
+                source, mapping, split=cfg.prepare.split, revision=cfg.prepare.revision, limit=limit
+            )
+            count = write_task(rows, mapping, tmp, source)
+            if count < need:
+                raise SystemExit(
+                    f"{source}: {count} rows; the pipeline needs at least n + 1 = "
+                    f"{need} (n measured prompts and one warm-up)"
+                )
+            summary["tasks"][mapping.task] = count
+            summary["dataset"] = {
+                "mapping": mapping.name,
+                "split": cfg.prepare.split or mapping.split,
+                "revision": cfg.prepare.revision,
+            }
+            summary["lengths"] = check_lengths(cfg, tmp, cfg.tasks)
+        elif source == "toy":
             from glance.toy.tasks import WRITABLE, write_task
 
             # the bench's length task too, when it is a toy task (longform)

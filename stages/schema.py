@@ -78,6 +78,10 @@ class Prepare:
     source: str = "toy"
     n: int = 41
     seed: int = 1
+    dataset: str | None = None
+    split: str | None = None
+    limit: int | None = None
+    revision: str | None = None
 
 
 @dataclass
@@ -255,6 +259,8 @@ def check_ranges(cfg: DictConfig) -> None:
     integer("decode.extend_row", d.extend_row, 0, MAX_BUDGET)
     integer("threads", cfg.threads, 0)
     integer("prepare.n", cfg.prepare.n, 1)
+    if cfg.prepare.limit is not None:
+        integer("prepare.limit", cfg.prepare.limit, 1)
     integer("audit.n", cfg.audit.n, 1)
     for i, b in enumerate(cfg.sweep.budgets):
         budget(f"sweep.budgets[{i}]", b)
