@@ -113,14 +113,139 @@ def check_head_extends(head) -> None:
         )
 
 
+#: Weights a ``speculators`` checkpoint may carry that a dflash head borrows
+#: from the target (or never had): dropped on load.
+_BORROWED = (
+    "embed_tokens.weight",
+    "lm_head.weight",
+    "verifier_lm_head.weight",
+    "verifier_norm.weight",
+)
+
+
+def _local_config(path) -> dict | None:
+    """A local checkpoint's ``config.json``, or ``None`` (a hub name, or none)."""
+    import json
+    from pathlib import Path
+
+    file = Path(str(path)) / "config.json"
+    if not file.is_file():
+        return None
+    try:
+        return json.loads(file.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise ValueError(f"head {file}: not JSON ({err})") from err
+
+
+def _speculators_config(path, data: dict, target):
+    """The ``Qwen3Config`` dflash builds a head from, for a vLLM ``speculators``
+    DFlash checkpoint: the draft layers from ``transformer_layer_config``; the
+    kept layers from ``aux_hidden_state_layer_ids``, which count
+    ``hidden_states`` indices (0 is the embedding output), so dflash's id is
+    one less; ``num_target_layers`` from the target. Features dflash cannot
+    express are refused, naming the field."""
+    from transformers import Qwen3Config
+
+    where = f"head {path}/config.json"
+    if data.get("speculators_model_type") != "dflash":
+        raise ValueError(
+            f"{where}: speculators_model_type {data.get('speculators_model_type')!r}; "
+            "expected 'dflash'"
+        )
+    layer = data.get("transformer_layer_config")
+    if not isinstance(layer, dict):
+        raise ValueError(f"{where}: transformer_layer_config: expected the draft layers' config")
+    for key in ("aux_hidden_state_layer_ids", "mask_token_id"):
+        if data.get(key) is None:
+            raise ValueError(f"{where}: missing {key}")
+    if data.get("sample_from_anchor"):
+        raise ValueError(
+            f"{where}: sample_from_anchor true is not supported (dflash drafts "
+            "from the bonus token)"
+        )
+    hidden = layer.get("hidden_size")
+    if data.get("target_hidden_size") not in (None, hidden):
+        raise ValueError(
+            f"{where}: target_hidden_size {data['target_hidden_size']} != "
+            f"hidden_size {hidden}; dflash reads features of its own width"
+        )
+    vocab = layer.get("vocab_size")
+    if data.get("draft_vocab_size") not in (None, vocab):
+        raise ValueError(
+            f"{where}: draft_vocab_size {data['draft_vocab_size']} != vocab_size "
+            f"{vocab}: a reduced draft vocabulary (t2d/d2t) is not supported"
+        )
+    aux = [int(a) for a in data["aux_hidden_state_layer_ids"]]
+    if min(aux) < 1:
+        raise ValueError(
+            f"{where}: aux_hidden_state_layer_ids {aux}: index 0 is the embedding "
+            "output, which a dflash head cannot read"
+        )
+    if target is not None:
+        layers = text_config(target).num_hidden_layers
+    elif data.get("num_target_layers") is not None:
+        layers = int(data["num_target_layers"])
+    else:
+        raise ValueError(
+            f"{where}: a speculators checkpoint does not record the target's layer "
+            "count; load it with its target (load_block_head(path, target))"
+        )
+    skip = {"model_type", "architectures", "transformers_version", "dtype", "torch_dtype"}
+    config = Qwen3Config(**{k: v for k, v in layer.items() if k not in skip})
+    config.num_target_layers = layers
+    config.dflash_config = {
+        "target_layer_ids": [a - 1 for a in aux],
+        "mask_token_id": int(data["mask_token_id"]),
+        "block_size": int(data.get("block_size", 8)),
+    }
+    if data.get("sliding_window_non_causal"):
+        config.is_causal = False
+    return config
+
+
+def _speculators_weights(path, config) -> dict:
+    """The checkpoint's safetensors as dflash's keys: borrowed weights dropped,
+    a fused ``qkv_proj`` split into q, k, v (sizes heads x head_dim, then
+    kv_heads x head_dim twice)."""
+    from pathlib import Path
+
+    from safetensors.torch import load_file
+
+    files = sorted(Path(str(path)).glob("*.safetensors"))
+    if not files:
+        raise ValueError(f"head {path}: no *.safetensors; GLANCE loads safetensors only")
+    state = {}
+    for f in files:
+        state.update(load_file(str(f)))
+    for key in (*_BORROWED, "t2d", "d2t"):
+        state.pop(key, None)
+    d = config.head_dim or config.hidden_size // config.num_attention_heads
+    sizes = [config.num_attention_heads * d, config.num_key_value_heads * d,
+             config.num_key_value_heads * d]  # fmt: skip
+    for key in [k for k in state if ".self_attn.qkv_proj." in k]:
+        stem, kind = key.rsplit(".qkv_proj.", 1)
+        if f"{stem}.q_proj.{kind}" in state:
+            raise ValueError(f"head {path}: both {key} and separate q/k/v projections")
+        for name, part in zip(("q", "k", "v"), state.pop(key).split(sizes), strict=True):
+            state[f"{stem}.{name}_proj.{kind}"] = part.contiguous()
+    return state
+
+
 def load_block_head(path, target=None, dtype=None, device=None, allow_pickle: bool = False):
     """Load a trained ``dflash.DFlashDraftModel`` from a checkpoint directory.
 
-    With ``target``, also check that the head fits it (:func:`check_head_fits`),
-    and default ``dtype`` and ``device`` to the target's. Returns the head in
-    eval mode with gradients off. Loading is strict: a missing folder fails at
-    once, pickle weights are refused unless ``allow_pickle``, and missing or
-    unexpected weights raise ``ValueError`` naming them.
+    Three layouts load: GLANCE's own (``save_pretrained``), z-lab's DFlash
+    releases (``config.json`` with ``dflash_config`` holding
+    ``target_layer_ids`` and ``mask_token_id``, ``block_size`` there or at the
+    top level, ``num_target_layers``; no embedding or LM head), and vLLM
+    ``speculators`` DFlash checkpoints (``speculators_model_type: dflash``; see
+    :func:`_speculators_config`; their copies of the target's embedding and LM
+    head are dropped, a fused ``qkv_proj`` is split). With ``target``, also
+    check that the head fits it (:func:`check_head_fits`), and default
+    ``dtype`` and ``device`` to the target's. Returns the head in eval mode with
+    gradients off. Loading is strict: a missing folder fails at once, pickle
+    weights are refused unless ``allow_pickle``, and missing or unexpected
+    weights raise ``ValueError`` naming them.
     """
     from dflash import DFlashDraftModel
 
@@ -129,13 +254,34 @@ def load_block_head(path, target=None, dtype=None, device=None, allow_pickle: bo
     if target is not None:
         dtype = dtype or target.dtype
         device = device or target.device
-    head = load_strict(
-        DFlashDraftModel,
-        path,
-        "head",
-        allow_pickle=allow_pickle,
-        dtype=dtype or torch.bfloat16,
-    )
+    data = _local_config(path)
+    if data is not None and "speculators_model_type" in data:
+        config = _speculators_config(path, data, target)
+        state = _speculators_weights(path, config)
+        head = DFlashDraftModel(config)
+        missing, unexpected = head.load_state_dict(state, strict=False)
+        if missing or unexpected:
+            raise ValueError(
+                f"head {path}: the speculators checkpoint does not match DFlashDraftModel: "
+                f"missing {sorted(missing)[:8]}, unexpected {sorted(unexpected)[:8]}"
+            )
+        head = head.to(dtype or torch.bfloat16)
+    else:
+        extra = {}
+        if data is not None and "num_target_layers" not in data and target is not None:
+            from transformers import AutoConfig
+
+            config = AutoConfig.from_pretrained(str(path))  # dflash reads it eagerly
+            config.num_target_layers = text_config(target).num_hidden_layers
+            extra["config"] = config
+        head = load_strict(
+            DFlashDraftModel,
+            path,
+            "head",
+            allow_pickle=allow_pickle,
+            dtype=dtype or torch.bfloat16,
+            **extra,
+        )
     if device is not None:
         head = head.to(device)
     if target is not None:
