@@ -85,3 +85,22 @@ def test_dvc_yaml_declares_every_file_a_stage_reads(name, module, deps):
 
     missing = sorted(f for f in needed if not covered(f))
     assert not missing, f"dvc.yaml stage {name!r} ({module}) reads undeclared {missing}"
+    ignored = sorted(f for f in needed if _dvcignored(f))
+    assert not ignored, f"stage {name!r} ({module}) reads {ignored}, which .dvcignore hides"
+
+
+def _dvcignored(rel: str) -> bool:
+    """Whether a ``.dvcignore`` line (a file, or a folder ending in ``/``) hides ``rel``."""
+    lines = (ROOT / ".dvcignore").read_text().splitlines()
+    patterns = [p.strip() for p in lines if p.strip() and not p.startswith("#")]
+    return any(rel == p or (p.endswith("/") and "/" in p and rel.startswith(p)) for p in patterns)
+
+
+def test_dvcignore_hides_only_modules_no_stage_imports():
+    modules = _module_files()
+    read = set()
+    for _, module, _ in _stages():
+        read |= {modules[m].relative_to(ROOT).as_posix() for m in _closure(module, modules)}
+    hidden = [p.relative_to(ROOT).as_posix() for p in (ROOT / "glance").rglob("*.py")]
+    hidden = [f for f in hidden if _dvcignored(f)]
+    assert "glance/testing/__init__.py" in hidden and not set(hidden) & read
