@@ -9,8 +9,9 @@ GLANCE at the configured budget, ``budget="auto"``, the chain,
 span) and GLANCE at every ``sweep.budgets``; then, for each temperature in
 ``decode.sampled``, ``glance@T`` and ``chain@T`` against a seeded ``ar@T``,
 whose second run (its control) happens when a row differs from it. A row's
-result on a prompt is ``equal``, ``control_differs`` (it differs, and so does its baseline's second run: the
-arithmetic is not reproducible there, so no decoder can be blamed) or
+result on a prompt is ``equal``, ``control_differs`` (it differs, and so does
+its baseline's second run: the arithmetic is not reproducible there, so no
+decoder can be blamed) or
 ``MISMATCH``. Writes ``results/audit.json`` (per row and per prompt), then
 exits 1 naming the row, task, prompt and first differing token of every
 mismatch.
