@@ -228,7 +228,56 @@ def load_processor(
                 "glance.toy.world is imported)"
             )
         processor_cls = PROCESSORS[name]()
-    return processor_cls.from_pretrained(str(name_or_path), **hub)
+    try:
+        return processor_cls.from_pretrained(str(name_or_path), **hub)
+    except (ImportError, ValueError, AttributeError):  # video or fast image processors
+        import importlib.util
+
+        if not (vision and local.is_dir() and importlib.util.find_spec("torchvision") is None):
+            raise
+        return image_only_processor(local, name)
+
+
+def image_only_processor(local: Path, name: str | None):
+    """A checkpoint's Qwen-VL processor without torchvision: its own processor
+    class minus the video processor, the PIL twin of its image processor, and
+    its tokenizer and chat template. Images and text go through exactly as
+    with the full processor; only video is gone. Used when torchvision is
+    missing (it has no wheel for every torch build)."""
+    import logging
+
+    import transformers as tf
+
+    name = name or json.loads((local / "preprocessor_config.json").read_text()).get(
+        "processor_class"
+    )
+    base = getattr(tf, name or "", None)
+    if base is None:
+        raise ValueError(f"{local}: no processor_class to load without torchvision")
+    image_config = json.loads((local / "preprocessor_config.json").read_text(encoding="utf-8"))
+    image_type = image_config.get("image_processor_type", "Qwen2VLImageProcessor")
+    image_cls = getattr(tf, image_type.removesuffix("Fast") + "Pil")
+    tokenizer = tf.AutoTokenizer.from_pretrained(str(local))
+    template = local / "chat_template.jinja"
+    chat_template = template.read_text(encoding="utf-8") if template.is_file() else None
+
+    class ImageOnly(base):
+        def __init__(self, image_processor=None, tokenizer=None, chat_template=None, **kwargs):
+            self.image_token, self.video_token = "<|image_pad|>", "<|video_pad|>"
+            self.vision_start_token, self.vision_end_token = "<|vision_start|>", "<|vision_end|>"
+            ids = tokenizer.convert_tokens_to_ids
+            self.image_token_id, self.video_token_id = ids(self.image_token), ids(self.video_token)
+            self.vision_start_token_id = ids(self.vision_start_token)
+            self.vision_end_token_id = ids(self.vision_end_token)
+            tf.ProcessorMixin.__init__(
+                self, image_processor, tokenizer, chat_template=chat_template
+            )
+
+    logging.getLogger(__name__).warning(
+        "%s: torchvision is missing; %s loads for images and text only (%s)",
+        local, name, image_cls.__name__,
+    )  # fmt: skip
+    return ImageOnly(image_cls.from_pretrained(str(local)), tokenizer, chat_template=chat_template)
 
 
 #: processor classes outside transformers, by the name a checkpoint's

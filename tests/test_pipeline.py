@@ -579,6 +579,42 @@ def test_a_sweep_covers_temperature_and_extend_budget(repro):
 
 
 @pytest.mark.slow
+def test_a_joblib_sweep_runs_two_jobs_each_with_one_thread(repro):
+    """The README's local-processes recipe: `hydra/launcher=joblib` runs the
+    two budgets as two processes, each pinned to one thread."""
+    pytest.importorskip("hydra_plugins.hydra_joblib_launcher")
+    out = repro / "results" / "joblib"
+    run("-m", "stages.decode", "--config-name", "from_params", "-m", "+task=docvqa",
+        "budget=1,7", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "threads=1",
+        "n=2", "chain=false", "decode.sampled=[]", "decode.extend_row=0",
+        "decode.auto_row=false", f"paths.results={out}", cwd=repro)  # fmt: skip
+    found = {}
+    for path in (out / "sweeps" / "docvqa").glob("*/summary.json"):
+        s = json.loads(path.read_text())
+        found[s["budget"]] = s
+        assert s["systems"]["glance"]["matches_baseline"] == 2
+    assert set(found) == {1, 7}
+
+
+def test_the_readme_slurm_recipe_composes_with_submitit():
+    """The README's SLURM launcher settings compose into a Hydra config
+    (nothing is submitted)."""
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
+    from hydra import compose, initialize_config_dir
+
+    overrides = ["+task=docvqa", "hydra/launcher=submitit_slurm",
+                 "hydra.launcher.partition=gpu", "hydra.launcher.gpus_per_node=1",
+                 "hydra.launcher.cpus_per_task=8", "hydra.launcher.timeout_min=120",
+                 "target=qwen3_vl_8b", "device=cuda"]  # fmt: skip
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
+        cfg = compose("config", overrides=overrides, return_hydra_config=True)
+    launcher = cfg.hydra.launcher
+    assert launcher._target_.endswith("SlurmLauncher") and launcher.partition == "gpu"
+    assert launcher.gpus_per_node == 1 and launcher.timeout_min == 120
+    assert cfg.target.name == "qwen3_vl_8b" and cfg.device == "cuda"
+
+
+@pytest.mark.slow
 def test_repro_bench_rows_agree_and_cost_curves(repro):
     from glance.budget import AUTO_SIZES
 
