@@ -589,7 +589,7 @@ def test_a_joblib_sweep_runs_two_jobs_each_with_one_thread(repro):
         "n=2", "chain=false", "decode.sampled=[]", "decode.extend_row=0",
         "decode.auto_row=false", f"paths.results={out}", cwd=repro)  # fmt: skip
     found = {}
-    for path in (out / "sweeps" / "docvqa").glob("*/summary.json"):
+    for path in (out / "sweeps" / "docvqa").rglob("summary.json"):  # paths.results nests
         s = json.loads(path.read_text())
         found[s["budget"]] = s
         assert s["systems"]["glance"]["matches_baseline"] == 2
