@@ -579,6 +579,20 @@ def test_a_sweep_covers_temperature_and_extend_budget(repro):
 
 
 @pytest.mark.slow
+def test_dvc_plots_show_renders_every_curve_and_figure(repro):
+    dvc = str(Path(sys.executable).parent / "dvc")
+    proc = subprocess.run(
+        [dvc, "plots", "show", "--json"], cwd=repro, capture_output=True, text=True, timeout=600
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    shown = set(json.loads(proc.stdout))
+    curves = {f"results/sweep/{t}/curve.csv" for t in TASKS}
+    curves |= {"results/law_deciles.csv", "results/verify_cost.csv", "results/length_curve.csv"}
+    pngs = {f"figures/{n}.png" for n in ("law", "tree_vs_chain", "context", "budget")}
+    assert curves | pngs <= shown, sorted(curves | pngs - shown)
+
+
+@pytest.mark.slow
 def test_a_joblib_sweep_runs_two_jobs_each_with_one_thread(repro):
     """The README's local-processes recipe: `hydra/launcher=joblib` runs the
     two budgets as two processes, each pinned to one thread."""
