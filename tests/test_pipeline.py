@@ -585,7 +585,7 @@ def test_dvc_plots_show_renders_every_curve_and_figure(repro):
         [dvc, "plots", "show", "--json"], cwd=repro, capture_output=True, text=True, timeout=600
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    shown = set(json.loads(proc.stdout))
+    shown = set(json.loads(proc.stdout)["data"])
     curves = {f"results/sweep/{t}/curve.csv" for t in TASKS}
     curves |= {"results/law_deciles.csv", "results/verify_cost.csv", "results/length_curve.csv"}
     pngs = {f"figures/{n}.png" for n in ("law", "tree_vs_chain", "context", "budget")}
