@@ -428,7 +428,7 @@ def _mle(x: np.ndarray, a: np.ndarray, trials: np.ndarray) -> tuple[np.ndarray, 
     return res.x, bool(res.success)
 
 
-def _newton_slopes(x, a, trials, weights, start, steps: int = 50, tol: float = 1e-10):
+def _newton_slopes(x, a, trials, weights, start, *, steps: int = 50, tol: float = 1e-10):
     """``(R,)`` standardised slopes maximising the likelihood weighted by each
     row of ``weights`` ``(R, n)``, NaN where Newton did not converge."""
     theta = np.tile(start, (weights.shape[0], 1))

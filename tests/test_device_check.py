@@ -1,4 +1,4 @@
-"""``glance.device_check`` in its reduced mode: the GPU check's code path, run
+"""``glance.testing.device_check`` in its reduced mode: the GPU check's code path, run
 on the CPU under test (the full mode needs CUDA and is documented in the README)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from glance import device_check
+from glance.testing import device_check
 
 
 def test_the_reduced_check_runs_and_writes_both_tables(tmp_path, capsys):

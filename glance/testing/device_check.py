@@ -1,7 +1,7 @@
 """The checks that need an accelerator, in one command.
 
-    python -m glance.device_check                  # on a CUDA machine: the full check
-    python -m glance.device_check --reduced        # anywhere: the same code, small
+    python -m glance.testing.device_check                  # on a CUDA machine: the full check
+    python -m glance.testing.device_check --reduced        # anywhere: the same code, small
 
 Two parts, one printed table each, and ``<out>/lossless.json`` and
 ``<out>/verify_cost.json`` (``results/device/`` by default):
