@@ -56,6 +56,7 @@ from stages.common import (
     load_head,
     load_target,
     log,
+    numerics_record,
     prompt_inputs,
     setup,
     task_by_name,
@@ -275,7 +276,7 @@ def main(cfg) -> None:
     result["pooled"] = summarise({r: [None] + c for r, c in pooled.items()}, *stat, lossy)
     result["budget_sweep"] = budget_sweep(cfg, models, processor, stops)
     results = Path(cfg.paths.results)
-    write_json(results / "arms.json", result)
+    write_json(results / "arms.json", result | {"numerics": numerics_record(cfg)})
     atomic_write_text(results / "arms.md", arms_markdown(result))
     import matplotlib
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from stages.common import app, log, plain, read_json, setup, write_json
+from stages.common import app, log, numerics_record, plain, read_json, setup, write_json
 
 
 @app
@@ -34,7 +34,15 @@ def main(cfg) -> None:
 
     model, _ = load_target(out)
     params = sum(p.numel() for p in model.parameters())
-    write_json(out / "assistant.json", {"size": size, "parameters": params, "train": train_log})
+    write_json(
+        out / "assistant.json",
+        {
+            "size": size,
+            "parameters": params,
+            "train": train_log,
+            "numerics": numerics_record(cfg),
+        },
+    )
     log.info("assistant: %d parameters, final loss %.3f", params, train_log["final_loss"])
 
 

@@ -34,6 +34,7 @@ from stages.common import (
     load_head,
     load_target,
     log,
+    numerics_record,
     prompt_inputs,
     sampling_kwargs,
     setup,
@@ -161,6 +162,7 @@ def main(cfg) -> None:
         },
         "tasks": tasks,
     }
+    summary["numerics"] = numerics_record(cfg)
     write_json(Path(cfg.paths.results) / "audit.json", summary)
     log.info(
         "audit: %d rows x %d prompts, %d prompts all equal, %d control differs, %d mismatches",

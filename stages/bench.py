@@ -44,6 +44,7 @@ from stages.common import (
     load_head,
     load_target,
     log,
+    numerics_record,
     prompt_inputs,
     setup,
     task_by_name,
@@ -375,7 +376,7 @@ def main(cfg) -> None:
     result["length_curve"] = length_curve(cfg, target, head, processor)
     result["budget_curve"] = budget_curve(cfg, target, head, processor)
     results = Path(cfg.paths.results)
-    write_json(results / "bench.json", result)
+    write_json(results / "bench.json", result | {"numerics": numerics_record(cfg)})
     atomic_write_text(results / "bench.md", markdown(result))
     # the cost curves as tables, for `dvc plots`
     cost = ["tree_size,verify_ms,draft_ms,host_ms,host_share"] + [

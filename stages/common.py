@@ -11,6 +11,7 @@ import functools
 import json
 import logging
 import random
+import sys
 from pathlib import Path
 
 import hydra
@@ -18,7 +19,9 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from glance._io import atomic_write_text
+from glance.numerics import NumericsError, pin, record
 from stages.schema import MAX_BUDGET, TIMINGS, budget, check_config, integer, number
+from stages.schema import numerics as numerics_of
 
 CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
 log = logging.getLogger("glance")
@@ -27,14 +30,69 @@ log = logging.getLogger("glance")
 def app(fn):
     """``fn(cfg)`` as a Hydra app over ``conf/config.yaml``. The composed
     config is checked against the typed schema (:mod:`stages.schema`) first, so
-    a bad value exits in milliseconds, before any model loads."""
+    a bad value exits in milliseconds, before any model loads; then the CPU
+    numerics are pinned (:func:`pin_numerics`)."""
 
     @functools.wraps(fn)
     def checked(cfg: DictConfig):
         check_config(cfg)
+        pin_numerics(cfg)
         return fn(cfg)
 
-    return hydra.main(version_base=None, config_path=CONF_DIR, config_name="config")(checked)
+    hydra_main = hydra.main(version_base=None, config_path=CONF_DIR, config_name="config")(checked)
+
+    @functools.wraps(fn)
+    def entry(*args, **kwargs):
+        if _run_as_stage() and not args and not kwargs:
+            _pin_before_launch()
+        return hydra_main(*args, **kwargs)
+
+    return entry
+
+
+def _pin_before_launch() -> None:
+    """Compose the command line's ``numerics`` and ``threads`` and pin them
+    (re-executing the process) before Hydra launches any job, so that a
+    multirun's worker processes start pinned too. A command line this cannot
+    read is left to :func:`pin_numerics` in the job itself."""
+    from hydra import compose, initialize_config_dir
+
+    args, name = sys.argv[1:], "config"
+    for i, a in enumerate(args):
+        if a in ("--config-name", "-cn") and i + 1 < len(args):
+            name = args[i + 1]
+        elif a.startswith("--config-name="):
+            name = a.split("=", 1)[1]
+    keys = ("numerics", "threads", "+numerics", "+threads", "++numerics", "++threads")
+    overrides = [a for a in args if "=" in a and a.split("=", 1)[0].split(".")[0] in keys]
+    try:
+        with initialize_config_dir(CONF_DIR, version_base=None):
+            cfg = compose(config_name=name, overrides=overrides)
+        check_config(cfg)
+    except Exception:  # noqa: BLE001  (the job's own composition reports it)
+        return
+    pin_numerics(cfg)
+
+
+def _run_as_stage() -> bool:
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    return bool(spec and spec.name.startswith("stages."))
+
+
+def pin_numerics(cfg: DictConfig) -> None:
+    """Pin ``cfg.numerics`` (:func:`glance.numerics.pin`). A stage run as a
+    program re-executes itself under the pinned environment when it was not
+    started with it; called in a process where torch or numpy already loaded
+    with other numerics, it exits naming the variable."""
+    try:
+        pin(numerics_of(cfg), reexec=_run_as_stage())
+    except NumericsError as err:
+        raise SystemExit(str(err)) from None
+
+
+def numerics_record(cfg: DictConfig) -> dict:
+    """The numerics an output was made under (:func:`glance.numerics.record`)."""
+    return record(numerics_of(cfg))
 
 
 def setup(cfg: DictConfig) -> None:

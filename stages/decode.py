@@ -47,6 +47,7 @@ from stages.common import (
     load_head,
     load_target,
     log,
+    numerics_record,
     prompt_inputs,
     sampling_kwargs,
     setup,
@@ -212,7 +213,7 @@ def main(cfg) -> None:
             if name in measured
         }
     write_rounds(out_dir / "rounds.jsonl", rounds)
-    write_json(out_dir / "summary.json", summary)
+    write_json(out_dir / "summary.json", summary | {"numerics": numerics_record(cfg)})
     g = summary["systems"]["glance"]
     log.info(
         "%s: tau %.2f, %.2fx [%.2f, %.2f] over greedy, %d/%d outputs equal -> %s",

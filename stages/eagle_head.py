@@ -15,7 +15,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from stages.common import app, load_target, log, plain, read_json, setup, write_json
+from stages.common import (
+    app,
+    load_target,
+    log,
+    numerics_record,
+    plain,
+    read_json,
+    setup,
+    write_json,
+)
 
 CORPUS = ("greedy", "sampled", "seed", "max_new_tokens", "long_share", "context", "heldout")
 
@@ -44,6 +53,7 @@ def main(cfg) -> None:
             "parameters": sum(p.numel() for p in head.parameters()),
             "corpus": corpus,
             "train": {**train, **train_log},
+            "numerics": numerics_record(cfg),
         },
     )
     curve = train_log.get("heldout_curve", [])

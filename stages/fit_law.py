@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from glance.results import read_rounds
-from stages.common import app, log, read_json, setup, write_json
+from stages.common import app, log, numerics_record, read_json, setup, write_json
 
 
 def read_prompts(path, system: str = "glance") -> np.ndarray:
@@ -72,7 +72,10 @@ def main(cfg) -> None:
         columns.append((h, a, cap, np.char.add(f"{name}/", prompts.astype(str))))
     # Pooled, a prompt is a (task, prompt) pair: tasks number their prompts alike.
     pooled = fit(*(np.concatenate(c) for c in zip(*columns, strict=True)), **boot)
-    write_json(results / "law.json", {"pooled": pooled, "tasks": per_task})
+    write_json(
+        results / "law.json",
+        {"pooled": pooled, "tasks": per_task, "numerics": numerics_record(cfg)},
+    )
     rows = ["task,entropy,accepted,fitted,count"]
     for name, law in [*per_task.items(), ("pooled", pooled)]:
         if "error" in law:

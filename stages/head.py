@@ -12,7 +12,16 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from stages.common import app, load_target, log, plain, read_json, setup, write_json
+from stages.common import (
+    app,
+    load_target,
+    log,
+    numerics_record,
+    plain,
+    read_json,
+    setup,
+    write_json,
+)
 
 
 @app
@@ -47,6 +56,7 @@ def main(cfg) -> None:
         "target_layer_ids": list(head.target_layer_ids),
         "parameters": sum(p.numel() for p in head.parameters()),
         **extra,
+        "numerics": numerics_record(cfg),
     }
     write_json(out / "head.json", summary)
     log.info("head %s: block %d, reads layers %s", h.name, head.block_size, head.target_layer_ids)

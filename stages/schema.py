@@ -143,6 +143,18 @@ class Arms:
 
 
 @dataclass
+class Numerics:
+    """:class:`glance.numerics.Numerics` without its ``threads`` (the top-level key)."""
+
+    pin: bool = MISSING
+    aten_cpu_capability: str = MISSING
+    mkl_cbwr: str = MISSING
+    onednn_max_cpu_isa: str = MISSING
+    openblas_coretype: str = MISSING
+    npy_disable_cpu_features: str = MISSING
+
+
+@dataclass
 class Config:
     target: Target = field(default_factory=Target)
     head: Head = field(default_factory=Head)
@@ -151,6 +163,7 @@ class Config:
     device: str = "cpu"
     dtype: str = "float32"
     threads: int = 2
+    numerics: Numerics = field(default_factory=Numerics)
     decode: Decode = field(default_factory=Decode)
     budget: Any = 63
     branch_k: int = 8
@@ -258,6 +271,7 @@ def check_ranges(cfg: DictConfig) -> None:
     integer("decode.bootstrap", d.bootstrap, 1)
     integer("decode.extend_row", d.extend_row, 0, MAX_BUDGET)
     integer("threads", cfg.threads, 0)
+    numerics(cfg)
     integer("prepare.n", cfg.prepare.n, 1)
     if cfg.prepare.limit is not None:
         integer("prepare.limit", cfg.prepare.limit, 1)
@@ -289,6 +303,16 @@ def check_ranges(cfg: DictConfig) -> None:
         integer(f"arms.assistant.size.{key}", n, 1)
     if "task" in cfg and cfg.task is not None:
         integer("task.max_new_tokens", cfg.task.max_new_tokens, 1)
+
+
+def numerics(cfg: DictConfig):
+    """The run's :class:`glance.numerics.Numerics`, or exit naming the bad key."""
+    from glance.numerics import Numerics as Pinned
+
+    try:
+        return Pinned.from_config(OmegaConf.to_container(cfg.numerics), cfg.threads)
+    except ValueError as err:
+        raise SystemExit(str(err)) from None
 
 
 def check_config(cfg: DictConfig) -> None:

@@ -24,6 +24,7 @@ from stages.common import (
     decode_settings,
     load_head,
     load_target,
+    numerics_record,
     prompt_inputs,
     setup,
     task_config,
@@ -105,7 +106,7 @@ def main(cfg) -> None:
         "auto": summaries["auto"] | {"mean_tree_size": sum(auto_sizes) / max(len(auto_sizes), 1)},
     }
     out = Path(cfg.paths.results) / "sweep" / task.name
-    write_json(out / "summary.json", summary)
+    write_json(out / "summary.json", summary | {"numerics": numerics_record(cfg)})
     lines = ["budget,speedup,low,high,tau"]
     for b in budgets:
         x = summary["budgets"][str(b)]

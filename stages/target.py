@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from stages.common import app, log, plain, setup, write_json
+from stages.common import app, log, numerics_record, plain, setup, write_json
 
 
 def describe(path, revision=None) -> dict:
@@ -101,6 +101,7 @@ def main(cfg) -> None:
     else:
         raise SystemExit(f"target.source: expected toy or pretrained; got {t.source!r}")
     info |= {"name": t.name, "source": t.source, "dtype": str(cfg.dtype)}
+    info["numerics"] = numerics_record(cfg)
     write_json(out / "target.json", info)
     log.info("target %s: %s, %d layers", t.name, info["architecture"], info["layers"])
 

@@ -1,0 +1,176 @@
+"""Pinned CPU numerics: the same bits on every x86-64 machine with AVX2.
+
+PyTorch, MKL, oneDNN, OpenBLAS and NumPy each pick their vectorised code path
+by the CPU they find, and each path rounds differently: a head trained on an
+AVX-512 machine differs bit for bit from one trained on an AVX2 machine. Each
+library also takes an environment variable that caps or fixes that choice,
+read once, when the library first loads. :class:`Numerics` holds one value per
+variable; :func:`pin` puts them in the environment of a pipeline process before
+any of those libraries loads, and :func:`record` is what outputs carry to say
+under which numerics they were made.
+
+The defaults (see ``numerics`` in ``conf/config.yaml``) are measured choices:
+
+- ``ATEN_CPU_CAPABILITY=default``: PyTorch's kernels built for baseline
+  x86-64. Its ``avx2`` kernels round differently (fused multiply-adds, SLEEF's
+  transcendentals), so a level the CPU could exceed is not enough: results
+  made at ``avx2`` change when a machine, or a user, runs at ``default``.
+- ``MKL_CBWR=AVX2``: MKL's conditional numerical reproducibility, the AVX2 code
+  path on any CPU that has it (matrix products; the bulk of the arithmetic).
+- ``ONEDNN_MAX_CPU_ISA=AVX2``: oneDNN (convolutions) capped at AVX2.
+- ``OPENBLAS_CORETYPE=Haswell``: NumPy's and SciPy's OpenBLAS on its AVX2 kernels.
+- ``NPY_DISABLE_CPU_FEATURES``: NumPy's own AVX-512 loops turned off.
+- ``threads``: one fixed thread count for OpenMP, MKL and OpenBLAS (the
+  split of a reduction across threads changes its rounding too).
+
+This module imports nothing heavy: :func:`pin` must run before torch and numpy do.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+from dataclasses import dataclass
+
+# Each variable, and the module whose first import reads it: once that module
+# is loaded, setting the variable changes nothing.
+READERS = {
+    "ATEN_CPU_CAPABILITY": "torch",
+    "MKL_CBWR": "torch",
+    "ONEDNN_MAX_CPU_ISA": "torch",
+    "OMP_NUM_THREADS": "torch",
+    "MKL_NUM_THREADS": "torch",
+    "OPENBLAS_CORETYPE": "numpy",
+    "OPENBLAS_NUM_THREADS": "numpy",
+    "NPY_DISABLE_CPU_FEATURES": "numpy",
+}
+
+# ATen's capability names, lowest first.
+ATEN_LEVELS = ("default", "avx2", "avx512")
+
+
+@dataclass(frozen=True)
+class Numerics:
+    """One value per library's switch; ``pin=False`` leaves the machine's own."""
+
+    pin: bool = True
+    aten_cpu_capability: str = "default"
+    mkl_cbwr: str = "AVX2"
+    onednn_max_cpu_isa: str = "AVX2"
+    openblas_coretype: str = "Haswell"
+    npy_disable_cpu_features: str = "X86_V4 AVX512F AVX512_SKX AVX512_ICL AVX512_SPR"
+    threads: int = 2
+
+    def __post_init__(self):
+        if self.aten_cpu_capability not in ATEN_LEVELS:
+            raise ValueError(
+                f"numerics.aten_cpu_capability: expected one of {ATEN_LEVELS}; "
+                f"got {self.aten_cpu_capability!r}"
+            )
+        for field in ("mkl_cbwr", "onednn_max_cpu_isa", "openblas_coretype"):
+            value = getattr(self, field)
+            if not isinstance(value, str) or not value or any(c.isspace() for c in value):
+                raise ValueError(f"numerics.{field}: expected one word; got {value!r}")
+        low = 1 if self.pin else 0
+        if (
+            not isinstance(self.threads, int)
+            or isinstance(self.threads, bool)
+            or self.threads < low
+        ):
+            raise ValueError(
+                f"threads: expected an integer >= {low}"
+                + (" (a free thread count is not pinned numerics)" if self.pin else "")
+                + f"; got {self.threads!r}"
+            )
+
+    @classmethod
+    def from_config(cls, numerics, threads: int) -> Numerics:
+        """From the config's ``numerics`` mapping and its top-level ``threads``."""
+        known = {f.name for f in dataclasses.fields(cls)} - {"threads"}
+        values = dict(numerics or {})
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"numerics: unknown key {unknown[0]!r}; known: {sorted(known)}")
+        return cls(**values, threads=threads)
+
+    def env(self) -> dict[str, str]:
+        """The environment variables this pins, by name (empty when ``pin`` is off)."""
+        if not self.pin:
+            return {}
+        n = str(self.threads)
+        return {
+            "ATEN_CPU_CAPABILITY": self.aten_cpu_capability,
+            "MKL_CBWR": self.mkl_cbwr,
+            "ONEDNN_MAX_CPU_ISA": self.onednn_max_cpu_isa,
+            "OMP_NUM_THREADS": n,
+            "MKL_NUM_THREADS": n,
+            "OPENBLAS_CORETYPE": self.openblas_coretype,
+            "OPENBLAS_NUM_THREADS": n,
+            "NPY_DISABLE_CPU_FEATURES": self.npy_disable_cpu_features,
+        }
+
+
+class NumericsError(RuntimeError):
+    """A library already loaded with other numerics than the ones asked for."""
+
+
+def unpinned(numerics: Numerics, environ=None) -> dict[str, tuple[str | None, str]]:
+    """Variables whose value in ``environ`` (default ``os.environ``) is not the
+    pinned one: name -> (current, wanted)."""
+    environ = os.environ if environ is None else environ
+    return {k: (environ.get(k), v) for k, v in numerics.env().items() if environ.get(k) != v}
+
+
+def pin(numerics: Numerics, *, reexec: bool = False) -> None:
+    """Put ``numerics`` into this process's environment.
+
+    Nothing to do when the environment already holds them. Otherwise, with
+    ``reexec`` (a stage run as a program), the process replaces itself with
+    the same command under the pinned environment, so every library reads it
+    at its first load, whatever was imported before. Without ``reexec`` the
+    variables are set in place, and :class:`NumericsError` is raised, naming
+    the variable, when the library that reads one is already loaded with
+    another value: its first load fixed that choice for the process.
+    """
+    wrong = unpinned(numerics)
+    if not wrong:
+        return
+    if reexec:
+        env = {**os.environ, **numerics.env()}
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], env)
+    late = {k: v for k, v in wrong.items() if READERS[k] in sys.modules}
+    if late:
+        name, (have, want) = next(iter(late.items()))
+        raise NumericsError(
+            f"{name}: {READERS[name]} is already imported with {name}={have!r}, and "
+            f"numerics pins {want!r}; set the numerics before {READERS[name]} is first "
+            "imported (run the stage as a program, or export the variables), or set "
+            "numerics.pin=false"
+        )
+    os.environ.update(numerics.env())
+
+
+def record(numerics: Numerics) -> dict:
+    """What an output records of the numerics it was made under: the pinned
+    variables, the capability PyTorch actually runs at, and the versions of
+    torch, MKL, oneDNN and NumPy. Machine facts that differ between machines
+    under the same pin (the CPU's own capability) are left out, so that the
+    record is the same wherever the pin holds."""
+    import numpy as np
+
+    out = {"pinned": numerics.pin, **numerics.env(), "threads": numerics.threads}
+    out["numpy"] = np.__version__
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        out["torch"] = torch.__version__
+        out["aten_capability"] = torch.backends.cpu.get_cpu_capability().lower()
+        for line in torch.__config__.show().splitlines():
+            line = line.strip(" -")
+            if line.startswith("Intel(R) oneAPI Math Kernel Library Version"):
+                out["mkl"] = line.split("Version", 1)[1].split()[0]
+            elif line.startswith("Intel(R) MKL-DNN"):
+                out["onednn"] = line.split()[2]
+    return out

@@ -1,0 +1,125 @@
+"""Pinned CPU numerics (glance.numerics) and the golden training run."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from glance.numerics import Numerics, NumericsError, pin, unpinned
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# The weights of `python -m glance.testing.golden` (30 steps of the toy head)
+# under the default pinned numerics. When the training code, the toy target or
+# the corpus changes on purpose, rerun that command and paste its sha256 here,
+# in the same commit as the change and the pipeline's regenerated results.
+GOLDEN = "038ab6c5b1467612f0fe9c78079687efcdbeca72e8905d5cbf0038131ce5d249"
+
+
+def golden(env_extra: dict, *args: str) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in Numerics().env()}
+    proc = subprocess.run(
+        [sys.executable, "-m", "glance.testing.golden", *args],
+        cwd=ROOT,
+        env=env | env_extra,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("capability", ["avx2", "default"])
+def test_the_golden_run_gives_the_committed_weights_whatever_capability_is_set(capability):
+    """The pin wins over what the machine (or the user) would choose: the same
+    weights with ATEN_CPU_CAPABILITY preset to avx2 or to default."""
+    out = golden({"ATEN_CPU_CAPABILITY": capability, "MKL_CBWR": "AUTO"})
+    assert out["numerics"]["aten_capability"] == "default"
+    assert out["numerics"]["MKL_CBWR"] == "AVX2"
+    assert out["sha256"] == GOLDEN, (
+        f"golden weights {out['sha256']} != committed {GOLDEN}: this machine's "
+        "numerics differ from the machine that made the results, or the training "
+        "code changed (see GOLDEN's comment)"
+    )
+
+
+def _cpu_has_avx2() -> bool:
+    try:
+        return " avx2 " in Path("/proc/cpuinfo").read_text() + " "
+    except OSError:
+        return False
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not _cpu_has_avx2(), reason="the CPU's own level is the pinned one")
+def test_the_golden_hash_moves_when_the_machine_picks_its_own_kernels():
+    """The golden test can fail: unpinned, on an AVX2 CPU, ATen's avx2 kernels
+    round differently and the weights differ."""
+    out = golden({}, "--unpinned")
+    assert out["numerics"]["aten_capability"] != "default"
+    assert out["sha256"] != GOLDEN
+
+
+def test_the_env_holds_one_value_per_library_switch():
+    env = Numerics(threads=3).env()
+    assert env["ATEN_CPU_CAPABILITY"] == "default"
+    assert env["MKL_CBWR"] == "AVX2"
+    assert env["ONEDNN_MAX_CPU_ISA"] == "AVX2"
+    assert env["OPENBLAS_CORETYPE"] == "Haswell"
+    assert {env[k] for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")} == {"3"}
+    assert Numerics(pin=False, threads=0).env() == {}
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [("aten_cpu_capability", "sse9"), ("mkl_cbwr", ""), ("mkl_cbwr", "AVX 2"), ("threads", 0)],
+)
+def test_bad_numerics_are_refused_naming_the_key(field, value):
+    with pytest.raises(ValueError, match=field.replace("aten_", "numerics.aten_")):
+        Numerics(**{field: value})
+
+
+def test_from_config_refuses_an_unknown_key():
+    with pytest.raises(ValueError, match="numerics: unknown key 'mkl'"):
+        Numerics.from_config({"mkl": "AVX2"}, 2)
+
+
+def test_pin_refuses_when_torch_already_loaded_other_numerics(monkeypatch):
+    """In a process where torch is loaded (this one), a different pin cannot
+    take effect: it is refused naming the variable, and nothing is set."""
+    pytest.importorskip("torch")
+    for k in Numerics().env():
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx2")
+    before = dict(os.environ)
+    with pytest.raises(NumericsError, match="ATEN_CPU_CAPABILITY: torch is already imported"):
+        pin(Numerics())
+    assert dict(os.environ) == before
+
+
+def test_pin_does_nothing_when_the_environment_already_holds_it(monkeypatch):
+    for k, v in Numerics().env().items():
+        monkeypatch.setenv(k, v)
+    assert unpinned(Numerics()) == {}
+    pin(Numerics())  # torch is loaded, but nothing differs
+
+
+def _stage_env() -> dict:
+    return {k: v for k, v in os.environ.items() if k not in Numerics().env()}
+
+
+def test_a_stage_refuses_bad_numerics_before_any_work(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "stages.fit_law", "numerics.aten_cpu_capability=avx9",
+         f"paths.results={tmp_path}"],
+        cwd=ROOT, env=_stage_env(), capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode != 0
+    assert "numerics.aten_cpu_capability: expected one of" in proc.stderr
