@@ -1,0 +1,114 @@
+"""Compare two checkouts' pipeline outputs field by field, timings left out.
+
+    python -m stages.reproduce /path/to/other/clone [--root .]
+
+Walks every output the pipeline writes (``results/``, ``figures/``,
+``notebooks/``, ``data/``, ``models/``, the DVC-cached ones included) in both
+trees. JSON and JSONL files are compared value by value, skipping the fields
+that hold a wall-clock measurement (:data:`TIMING`: milliseconds, seconds,
+tokens per second, speedups and the intervals under them); every other file
+byte for byte, except the figures and tables drawn from timings
+(:data:`TIMED_FILES`). Prints each difference as ``file: field: ours against
+theirs`` and exits 1 when there is any.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+OUTPUTS = ("results", "figures", "notebooks", "data", "models")
+
+#: a field whose value is a measured time, or a ratio or summary of times
+TIMING = re.compile(
+    r"(^|_)(ms|seconds|s|speedup|speed|per_s|time|e2e|decode|latency)(_|$)"
+    r"|ms_per|tokens_per|_ms$|^speed|over hf_greedy|glance_tree over|ms/token|tokens/s"
+)
+
+#: files drawn wholly or partly from timings: compared only where JSON or
+#: Markdown tables let the timing columns be left out
+TIMED_FILES = re.compile(
+    r"figures/(verify_cost|length|host_share|budget|tree_vs_chain|context|arms_context)\.png$"
+    r"|notebooks/results\.ipynb$|results/(bench|arms)\.md$|results/verify_cost\.csv$"
+    r"|results/length_curve\.csv$|results/sweep/[^/]+/curve\.csv$|results/main_table\.md$"
+)
+
+
+def timing_key(key) -> bool:
+    return isinstance(key, str) and bool(TIMING.search(key))
+
+
+def diff_values(a, b, where: str, out: list) -> None:
+    """Append ``where: a against b`` for each differing non-timing leaf."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        for key in sorted(set(a) | set(b), key=str):
+            if timing_key(key):
+                continue
+            if key not in a or key not in b:
+                out.append(f"{where}.{key}: only in {'ours' if key in a else 'theirs'}")
+                continue
+            diff_values(a[key], b[key], f"{where}.{key}", out)
+    elif isinstance(a, list) and isinstance(b, list):
+        if len(a) != len(b):
+            out.append(f"{where}: {len(a)} items against {len(b)}")
+            return
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            diff_values(x, y, f"{where}[{i}]", out)
+    elif a != b:
+        out.append(f"{where}: {a!r} against {b!r}")
+
+
+def compare_file(rel: str, ours: Path, theirs: Path) -> list[str]:
+    if rel.endswith(".json"):
+        out: list[str] = []
+        diff_values(json.loads(ours.read_text()), json.loads(theirs.read_text()), rel, out)
+        return out
+    if rel.endswith(".jsonl"):
+        a, b = ours.read_text().splitlines(), theirs.read_text().splitlines()
+        if len(a) != len(b):
+            return [f"{rel}: {len(a)} lines against {len(b)}"]
+        out = []
+        for i, (x, y) in enumerate(zip(a, b, strict=True), start=1):
+            diff_values(json.loads(x), json.loads(y), f"{rel}:{i}", out)
+        return out
+    if TIMED_FILES.search(rel):
+        return []
+    return [] if ours.read_bytes() == theirs.read_bytes() else [f"{rel}: bytes differ"]
+
+
+def files(root: Path) -> set[str]:
+    found = set()
+    for top in OUTPUTS:
+        for p in (root / top).rglob("*"):
+            if p.is_file() and "sweeps" not in p.parts:
+                found.add(str(p.relative_to(root)))
+    return found
+
+
+def compare(root: Path, other: Path) -> tuple[list[str], int]:
+    """``(differences, files compared)`` between the outputs of two checkouts."""
+    ours, theirs = files(root), files(other)
+    out = [f"{rel}: only in {'ours' if rel in ours else 'theirs'}" for rel in sorted(ours ^ theirs)]
+    both = sorted(ours & theirs)
+    for rel in both:
+        out += compare_file(rel, root / rel, other / rel)
+    return out, len(both)
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("other", type=Path)
+    parser.add_argument("--root", type=Path, default=Path("."))
+    args = parser.parse_args(argv)
+    found, n = compare(args.root, args.other)
+    for line in found:
+        print(line)
+    print(f"{n} files compared, {len(found)} non-timing differences")
+    sys.exit(1 if found else 0)
+
+
+if __name__ == "__main__":
+    main()
