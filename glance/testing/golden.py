@@ -24,8 +24,6 @@ TOY_TARGET = Path(__file__).resolve().parents[2] / "models" / "toy-target"
 
 def golden_hash(steps: int = 30) -> str:
     """SHA-256 of the weights a ``steps``-step toy head training run saves."""
-    import torch
-
     from glance.toy.world import train_toy_head
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -43,7 +41,6 @@ def golden_hash(steps: int = 30) -> str:
             mask_span="variable",
             seed=0,
         )
-        del torch
         return hashlib.sha256((out / "model.safetensors").read_bytes()).hexdigest()
 
 
