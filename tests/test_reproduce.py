@@ -37,6 +37,18 @@ def test_timing_fields_are_left_out_and_every_other_field_is_compared(tmp_path):
     ]
 
 
+def test_rows_sized_by_the_clock_are_counted_apart(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    write(a, "results/s.json", {"systems": {"glance": {"tau": 5}, "glance_auto": {"tau": 4}}})
+    write(b, "results/s.json", {"systems": {"glance": {"tau": 5}, "glance_auto": {"tau": 6}}})
+    rounds = '{"system": "glance", "accepted": 2}\n{"system": "glance_auto", "accepted": %d}\n'
+    write(a, "results/r.jsonl", rounds % 1)
+    write(b, "results/r.jsonl", rounds % 3 + '{"system": "glance_auto", "accepted": 0}\n')
+    clocked = []
+    assert compare(a, b, clocked) == ([], 2)
+    assert clocked == ["results/s.json.systems.glance_auto.tau: 4 against 6"]
+
+
 def test_timing_keys():
     for key in ("verify_ms", "ms_per_token", "tokens_per_s", "speedup", "train_seconds"):
         assert timing_key(key), key
