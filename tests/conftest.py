@@ -3,9 +3,18 @@ through the same paths real checkpoints take."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import pytest
+
+from glance.numerics import Numerics
+
+# The tests run under the pipeline's pinned numerics, set before torch loads:
+# unpinned, MKL's results depend on how a tensor is aligned in memory, so a
+# head loaded from safetensors can compute differently from the one saved.
+# numpy is already loaded here; its settings reach the stage subprocesses.
+os.environ.update(Numerics().env())
 
 KINDS = ("qwen3", "qwen2_vl", "qwen2_5_vl", "qwen3_vl")
 
