@@ -4,6 +4,10 @@ A wider tree is free only while the verify pass stays memory-bound; past that
 point every node costs time. Like EAGLE's ``total_token=-1`` and Sequoia's
 hardware-aware tree size, the decoder measures the verify pass once per target
 (:class:`VerifyCost`), then trades that cost against what more nodes would buy.
+A cost can also be given as a fixed table (``VerifyCosts(fixed=...)``, with a
+fixed ``draft_ms``): then the tree sizes are a function of the inputs alone, so
+the output and its statistics reproduce bit for bit on any machine, at the
+price of a table that was measured elsewhere.
 
 The gain comes from the draft itself. Nodes are packed best-first, so the first
 ``N`` nodes of a large tree are exactly the budget-``N`` tree, and under the
@@ -33,10 +37,14 @@ AUTO_SIZES = (1, 3, 7, 15, 31, 63, 127, 255)
 
 @dataclass(frozen=True)
 class VerifyCost:
-    """Measured verify-pass milliseconds at each tree size (``sizes`` ascending)."""
+    """Verify-pass milliseconds at each tree size (``sizes`` ascending).
+
+    ``draft_ms``: a fixed draft-pass cost per round; ``None`` uses each
+    round's measured draft time."""
 
     sizes: tuple[int, ...]
     ms: tuple[float, ...]
+    draft_ms: float | None = None
 
     def __post_init__(self):
         if len(self.sizes) != len(self.ms) or not self.sizes:
@@ -45,6 +53,8 @@ class VerifyCost:
             raise ValueError(f"VerifyCost sizes must be strictly ascending; got {self.sizes}")
         if not all(np.isfinite(self.ms)) or min(self.ms) <= 0:
             raise ValueError(f"VerifyCost times must be finite and positive; got {self.ms}")
+        if self.draft_ms is not None and not (np.isfinite(self.draft_ms) and self.draft_ms >= 0):
+            raise ValueError(f"VerifyCost draft_ms must be finite and >= 0; got {self.draft_ms}")
 
     def at(self, n) -> np.ndarray:
         """Verify milliseconds at tree size(s) ``n``, interpolated linearly."""
@@ -56,13 +66,18 @@ class VerifyCosts:
 
     The caller holds it and passes it to every ``budget="auto"`` call that
     should share one measurement (the stages keep one per run). Entries go
-    with their target (weak keys)."""
+    with their target (weak keys). With ``fixed``, every target gets that cost
+    and nothing is measured."""
 
-    def __init__(self):
+    def __init__(self, fixed: VerifyCost | None = None):
         self._book: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self.fixed = fixed
 
     def get(self, target, measure) -> VerifyCost:
-        """The cost for ``target`` as it is now placed, from ``measure()`` the first time."""
+        """The cost for ``target`` as it is now placed, from ``measure()`` the
+        first time (or the fixed cost)."""
+        if self.fixed is not None:
+            return self.fixed
         key = (str(target.device), str(target.dtype))
         known = self._book.setdefault(target, {})
         if key not in known:
@@ -99,7 +114,8 @@ def choose_budget(
         path_logprobs: the nodes' path log-probabilities in packing order, from a
             tree built with the largest size on ``cost``'s grid.
         cost: the target's measured verify cost.
-        draft_ms: the round's draft-pass time (a cost paid whatever ``N``).
+        draft_ms: the round's draft-pass time (a cost paid whatever ``N``);
+            ``cost.draft_ms`` replaces it when set.
         alpha: the acceptance scale (see :class:`AcceptanceScale`).
 
     Returns:
@@ -112,6 +128,8 @@ def choose_budget(
     gain = np.cumsum(np.exp(lp))
     sizes = np.array([n for n in cost.sizes if n < lp.size] + [lp.size])
     sizes = np.unique(sizes)
+    if cost.draft_ms is not None:
+        draft_ms = cost.draft_ms
     expected = 1.0 + alpha * gain[sizes - 1]
     rate = expected / (draft_ms + cost.at(sizes))
     best = int(sizes[int(np.argmax(rate))])

@@ -15,7 +15,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from stages.common import app, log, numerics_record, plain, read_json, setup, write_json
+from stages.common import (
+    app,
+    log,
+    numerics_record,
+    plain,
+    read_json,
+    setup,
+    write_json,
+    write_timing,
+)
 
 
 @app
@@ -39,7 +48,7 @@ def main(cfg) -> None:
         {
             "size": size,
             "parameters": params,
-            "train": train_log,
+            "train": write_timing(cfg, "assistant", train_log),
             "numerics": numerics_record(cfg),
         },
     )

@@ -15,6 +15,14 @@ decoder can be blamed) or
 ``MISMATCH``. Writes ``results/audit.json`` (per row and per prompt), then
 exits 1 naming the row, task, prompt and first differing token of every
 mismatch.
+
+The decode stage runs many of these rows on the same prompts. Where its
+``results/decode/<task>/outputs.jsonl`` was made under the recipe the audit
+would use (float32, greedy, no context filler, the same budget, head, target,
+seeds and pinned numerics: :func:`stages.common.token_recipe`), those rows'
+ids are taken from it rather than decoded again (``audit.json`` lists them
+under ``from_decode``); the greedy baseline's control run is always the
+audit's own, so decode's baseline is checked against a fresh greedy run.
 """
 
 from __future__ import annotations
@@ -36,10 +44,12 @@ from stages.common import (
     log,
     numerics_record,
     prompt_inputs,
+    read_outputs,
     sampling_kwargs,
     setup,
     task_by_name,
     task_records,
+    token_recipe,
     verify_costs,
     write_json,
 )
@@ -90,9 +100,14 @@ def main(cfg) -> None:
     rows = plan(settings, sweep_budgets, temperatures, extend, bool(cfg.decode.auto_row))
     n = int(cfg.audit.n)
     tasks, counts, failures = {}, {r: dict.fromkeys(VERDICTS, 0) for r in rows}, []
+    reused = {}
     for name in cfg.tasks:
         task = task_by_name(name)
         max_new = int(cfg.max_new_tokens or task.max_new_tokens)
+        greedy = {"context": 0, "extend_budget": 0, "temperature": 0.0}
+        recipe = token_recipe(cfg, {**settings, **greedy, "max_new_tokens": max_new}, extend)
+        decoded = read_outputs(Path(cfg.paths.results) / "decode" / name / "outputs.jsonl", recipe)
+        reused[name] = sorted({row for row, i in decoded if row in rows and i <= n})
         per_prompt = []
         for i, record in enumerate(task_records(cfg, task, n + 1)[1:], start=1):
             ids, positions = prompt_inputs(processor, record, cfg.paths.data)
@@ -106,11 +121,14 @@ def main(cfg) -> None:
                     out = glance.chain_generate(head, target, ids, max_new, **kw)
                 else:
                     out = glance.generate(
-                        head, target, ids, max_new, costs=verify_costs(), **tree, **kw
+                        head, target, ids, max_new, costs=verify_costs(cfg), **tree, **kw
                     )
                 return out[0, ids.shape[1] :].tolist()
 
-            outs = {row: run(kind, t, tree) for row, (_, t, kind, tree) in rows.items()}
+            outs = {
+                row: decoded[(row, i)] if (row, i) in decoded else run(kind, t, tree)
+                for row, (_, t, kind, tree) in rows.items()
+            }
             # greedy's control always runs; a seeded baseline's only when a row differs from it
             controls = {"ar": run("ar", 0.0, {})}
             for row, (base, *_) in rows.items():
@@ -160,6 +178,7 @@ def main(cfg) -> None:
             for r, (base, *_) in rows.items()
             if base is not None
         },
+        "from_decode": reused,
         "tasks": tasks,
     }
     summary["numerics"] = numerics_record(cfg)

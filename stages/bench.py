@@ -138,7 +138,7 @@ def run_row(row, cfg, target, head, processor, ids, positions, max_new, stops) -
                 budget=budget,
                 branch_k=int(cfg.branch_k),
                 extend_budget=int(cfg.decode.extend_row) if row == "glance_extend" else 0,
-                costs=verify_costs(),
+                costs=verify_costs(cfg),
                 **kw,
             )
         rounds = None
@@ -238,7 +238,7 @@ def length_curve(cfg, target, head, processor) -> dict:
                         branch_k=int(cfg.branch_k),
                         positions=positions,
                         return_stats=True,
-                        costs=verify_costs(),
+                        costs=verify_costs(cfg),
                     )
                 else:
                     _, stats = glance.greedy_generate(

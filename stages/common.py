@@ -20,7 +20,15 @@ from omegaconf import DictConfig, OmegaConf
 
 from glance._io import atomic_write_text
 from glance.numerics import NumericsError, pin, record
-from stages.schema import MAX_BUDGET, TIMINGS, budget, check_config, integer, number
+from stages.schema import (
+    MAX_BUDGET,
+    TIMINGS,
+    auto_cost,
+    budget,
+    check_config,
+    integer,
+    number,
+)
 from stages.schema import numerics as numerics_of
 
 CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
@@ -110,6 +118,34 @@ def setup(cfg: DictConfig) -> None:
 
 def write_json(path, data) -> None:
     atomic_write_text(path, json.dumps(data, indent=2, default=_plain) + "\n")
+
+
+def write_timing(cfg: DictConfig, stage: str, log: dict) -> dict:
+    """Move the ``*seconds`` entries of a training ``log`` to
+    ``results/timing/<stage>.json`` and return the rest: the wall times follow
+    the machine, so they stay out of the outputs that must reproduce bit for bit."""
+    rest, seconds = _split_seconds(log)
+    write_json(Path(cfg.paths.results) / "timing" / f"{stage}.json", seconds or {})
+    return rest
+
+
+def _split_seconds(x):
+    """``(x without its *seconds keys, those keys in x's shape or None)``, at any depth."""
+    if isinstance(x, dict):
+        rest, timing = {}, {}
+        for k, v in x.items():
+            if k.endswith("seconds"):
+                timing[k] = v
+                continue
+            rest[k], t = _split_seconds(v)
+            if t:
+                timing[k] = t
+        return rest, timing or None
+    if isinstance(x, list):
+        pairs = [_split_seconds(v) for v in x]
+        timing = [t for _, t in pairs]
+        return [r for r, _ in pairs], timing if any(timing) else None
+    return x, None
 
 
 def read_json(path, what: str) -> dict:
@@ -202,13 +238,22 @@ def decode_settings(cfg: DictConfig, task: DictConfig | None = None) -> dict:
     return out
 
 
-@functools.cache
-def verify_costs():
-    """The run's :class:`glance.budget.VerifyCosts`: ``budget="auto"`` measures
-    a target's verify cost once per stage process, whatever calls it."""
+def verify_costs(cfg: DictConfig):
+    """The run's :class:`glance.budget.VerifyCosts`: ``target.auto_cost`` when
+    the config fixes it (the auto rows then reproduce bit for bit), else a
+    book that measures a target's verify cost once per stage process."""
+    global _measured
     from glance.budget import VerifyCosts
 
-    return VerifyCosts()
+    fixed = auto_cost(cfg)
+    if fixed is not None:
+        return VerifyCosts(fixed=fixed)
+    if _measured is None:
+        _measured = VerifyCosts()
+    return _measured
+
+
+_measured = None  # the process's book of measured costs
 
 
 def load_target(cfg: DictConfig):
@@ -248,6 +293,58 @@ def extend_row(cfg: DictConfig, head) -> int:
         log.warning("decode.extend_row=%d skipped: %s", n, err)
         return 0
     return n
+
+
+def token_recipe(cfg: DictConfig, settings: dict, extend: int) -> dict:
+    """Everything a decode row's token ids depend on, beyond the prompt's index
+    and the row's name: two runs with equal recipes give the same ids on the
+    same prompts, so the audit can take the decode stage's instead of decoding
+    again (``outputs.jsonl``)."""
+    cost = cfg.target.get("auto_cost")
+    return {
+        "target": str(cfg.target.name),
+        "head": str(cfg.head.name),
+        "data": str(cfg.paths.data),
+        "dtype": str(cfg.dtype),
+        "device": str(cfg.device),
+        "seed": int(cfg.seed),
+        "top_p": float(cfg.decode.top_p),
+        "top_k": int(cfg.decode.top_k),
+        "auto_cost": None if cost is None else OmegaConf.to_container(cost),
+        "extend_row": int(extend),
+        "numerics": numerics_record(cfg),
+        **{k: settings[k] for k in ("budget", "branch_k", "context", "extend_budget")},
+        **{k: settings[k] for k in ("max_new_tokens", "temperature")},
+    }
+
+
+def write_outputs(path, recipe: dict, ids: dict) -> None:
+    """``outputs.jsonl``: the recipe, then one line per row and prompt (``ids``:
+    row -> one token list per measured prompt, prompts numbered from 1)."""
+    lines = [json.dumps({"recipe": recipe})]
+    for row, prompts in ids.items():
+        lines += [json.dumps({"row": row, "prompt": i, "ids": t}) for i, t in enumerate(prompts, 1)]
+    atomic_write_text(path, "\n".join(lines) + "\n")
+
+
+def read_outputs(path, recipe: dict) -> dict:
+    """``{(row, prompt): ids}`` from an ``outputs.jsonl`` written under
+    ``recipe``; empty when the file is missing or its recipe differs."""
+    path = Path(path)
+    if not path.is_file():
+        return {}
+    with path.open(encoding="utf-8") as f:
+        head = json.loads(f.readline() or "{}")
+        if head.get("recipe") != recipe:
+            return {}
+        found = {}
+        for number, line in enumerate(f, 2):
+            try:
+                r = json.loads(line)
+                found[(r["row"], int(r["prompt"]))] = [int(t) for t in r["ids"]]
+            except (ValueError, KeyError, TypeError) as err:
+                raise SystemExit(f"{path}, line {number}: not a row record ({err})") from None
+    return found
 
 
 def sampling_kwargs(cfg: DictConfig, temperature: float, prompt: int) -> dict:

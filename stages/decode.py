@@ -26,10 +26,13 @@ second, the speedup over the baseline with its paired bootstrap interval, and
 how many outputs equal the baseline's; ``tau_by_temperature`` for GLANCE;
 ``tree_over_chain_by_temperature``, GLANCE's tau over the chain's with a paired
 bootstrap interval; and ``regime``: answer length, the tau those lengths allow,
-the mean root entropy and the chain's per-offset acceptance) and ``rounds.jsonl`` (one record per
-measured round of GLANCE and the chain: entropy, accepted, committed, tree
-size, timings) to ``out_dir``: by default ``results/decode/<task>``, and for a
-``-m`` sweep ``results/sweeps/<task>/<the run's overrides>``.
+the mean root entropy and the chain's per-offset acceptance), ``rounds.jsonl``
+(one record per measured round of GLANCE and the chain: entropy, accepted,
+committed, tree size) and, line for line, ``round_ms.jsonl`` (the same rounds'
+timings), and ``outputs.jsonl`` (each row's token ids per measured prompt,
+under the recipe that made them; the audit reuses them) to ``out_dir``: by
+default ``results/decode/<task>``, and for a ``-m`` sweep
+``results/sweeps/<task>/<the run's overrides>``.
 """
 
 from __future__ import annotations
@@ -53,8 +56,10 @@ from stages.common import (
     setup,
     task_config,
     task_records,
+    token_recipe,
     verify_costs,
     write_json,
+    write_outputs,
 )
 
 
@@ -122,7 +127,7 @@ def main(cfg) -> None:
             budget="auto" if kind == "auto" else budget,
             branch_k=branch_k,
             extend_budget=extend if kind == "extend" else settings["extend_budget"],
-            costs=verify_costs(),
+            costs=verify_costs(cfg),
             **kw_t,
         )
 
@@ -212,7 +217,16 @@ def main(cfg) -> None:
             for name in ("glance", "glance_auto")
             if name in measured
         }
-    write_rounds(out_dir / "rounds.jsonl", rounds)
+    # timings apart, so that rounds.jsonl (the law's input) reproduces bit for bit
+    timed = [k for k in (rounds[0] if rounds else {}) if k.endswith("_ms")]
+    keep = ("prompt", "system")
+    untimed = [{k: v for k, v in r.items() if k not in timed} for r in rounds]
+    write_rounds(out_dir / "rounds.jsonl", untimed)
+    write_rounds(out_dir / "round_ms.jsonl", [{k: r[k] for k in (*keep, *timed)} for r in rounds])
+    recipe = token_recipe(cfg, settings, summary["extend_row"])
+    write_outputs(
+        out_dir / "outputs.jsonl", recipe, {s: [r["ids"] for r in measured[s]] for s in systems}
+    )
     write_json(out_dir / "summary.json", summary | {"numerics": numerics_record(cfg)})
     g = summary["systems"]["glance"]
     log.info(

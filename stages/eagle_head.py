@@ -24,6 +24,7 @@ from stages.common import (
     read_json,
     setup,
     write_json,
+    write_timing,
 )
 
 CORPUS = ("greedy", "sampled", "seed", "max_new_tokens", "long_share", "context", "heldout")
@@ -52,7 +53,7 @@ def main(cfg) -> None:
             "target_layer_ids": head.target_layer_ids,
             "parameters": sum(p.numel() for p in head.parameters()),
             "corpus": corpus,
-            "train": {**train, **train_log},
+            "train": {**train, **write_timing(cfg, "eagle_head", train_log)},
             "numerics": numerics_record(cfg),
         },
     )

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from glance.results import read_rounds
-from stages.common import app, log, numerics_record, read_json, setup, write_json
+from stages.common import app, log, numerics_record, setup, write_json
 
 
 def read_prompts(path, system: str = "glance") -> np.ndarray:
@@ -65,7 +65,8 @@ def main(cfg) -> None:
     per_task, columns = {}, []
     for name in cfg.tasks:
         folder = results / "decode" / name
-        read_json(folder / "summary.json", f"run the decode stage for {name}")
+        if not (folder / "rounds.jsonl").is_file():
+            raise SystemExit(f"{folder / 'rounds.jsonl'}: missing; run the decode stage for {name}")
         h, a, cap = read_rounds(folder / "rounds.jsonl")
         prompts = read_prompts(folder / "rounds.jsonl")
         per_task[name] = fit(h, a, cap, prompts, **boot)

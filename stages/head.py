@@ -2,7 +2,8 @@
 
 Writes ``<paths.head>/head.json``: where the head is, its block size, layers,
 the target layers it reads, its parameter count, and for the toy head its
-training log. A trained toy head is saved in the same folder. A checkpoint is
+training log (its wall times go to ``results/timing/head.json``). A trained
+toy head is saved in the same folder. A checkpoint is
 loaded with :func:`glance.load_block_head`, which refuses a head that does not
 fit the target (hidden size, vocabulary, layer ids) and names the field.
 """
@@ -21,6 +22,7 @@ from stages.common import (
     read_json,
     setup,
     write_json,
+    write_timing,
 )
 
 
@@ -38,9 +40,10 @@ def main(cfg) -> None:
         if info["source"] != "toy":
             raise SystemExit("head=toy trains on the toy target only; use head=checkpoint")
         train_log = train_toy_head(info["path"], out, **plain(h.train))
-        path, extra = out, {"train": train_log}
+        path, extra = out, {"train": write_timing(cfg, "head", train_log)}
     elif h.source == "checkpoint":
         path, extra = Path(str(h.path)), {}
+        write_timing(cfg, "head", {})
         out.mkdir(parents=True, exist_ok=True)
     else:
         raise SystemExit(f"head.source: expected toy or checkpoint; got {h.source!r}")

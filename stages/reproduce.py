@@ -8,10 +8,10 @@ trees. JSON and JSONL files are compared value by value, skipping the fields
 that hold a wall-clock measurement (:data:`TIMING`: milliseconds, seconds,
 tokens per second, speedups and the intervals under them); every other file
 byte for byte, except the figures and tables drawn from timings
-(:data:`TIMED_FILES`). Rows whose tree is sized from a measured verify cost
-(``budget="auto"``) follow the clock, so their fields and records are counted
-apart (:data:`CLOCKED`). Prints each other difference as ``file: field: ours
-against theirs`` and exits 1 when there is any.
+(:data:`TIMED_FILES`). Prints each difference as ``file: field: ours against
+theirs`` and exits 1 when there is any. ``budget="auto"`` rows are compared like
+the rest: under ``target.auto_cost`` their tree sizes come from a fixed table,
+not the clock (with ``auto_cost: null`` they would differ, and this says so).
 """
 
 from __future__ import annotations
@@ -31,10 +31,6 @@ TIMING = re.compile(
     r"|host_share|_over$|^glance_(tree|greedy)$"
 )
 
-#: rows whose tree is sized by a measured verify cost (``budget="auto"``): what
-#: they accept follows the clock, so they are reported apart from the rest
-CLOCKED = re.compile(r"^(glance_auto|auto)$")
-
 #: files drawn wholly or partly from timings: compared only where JSON or
 #: Markdown tables let the timing columns be left out
 TIMED_FILES = re.compile(
@@ -48,42 +44,35 @@ def timing_key(key) -> bool:
     return isinstance(key, str) and bool(TIMING.search(key))
 
 
-def diff_values(a, b, where: str, out: list, clocked: list | None = None) -> None:
-    """Append ``where: a against b`` for each differing non-timing leaf; those
-    under a :data:`CLOCKED` row go to ``clocked`` instead (when given)."""
+def diff_values(a, b, where: str, out: list) -> None:
+    """Append ``where: a against b`` for each differing non-timing leaf."""
     if isinstance(a, dict) and isinstance(b, dict):
         for key in sorted(set(a) | set(b), key=str):
             if timing_key(key):
                 continue
-            if clocked is not None and isinstance(key, str) and CLOCKED.search(key):
-                if key in a and key in b:
-                    diff_values(a[key], b[key], f"{where}.{key}", clocked)
-                continue
             if key not in a or key not in b:
                 out.append(f"{where}.{key}: only in {'ours' if key in a else 'theirs'}")
                 continue
-            diff_values(a[key], b[key], f"{where}.{key}", out, clocked)
+            diff_values(a[key], b[key], f"{where}.{key}", out)
     elif isinstance(a, list) and isinstance(b, list):
         if len(a) != len(b):
             out.append(f"{where}: {len(a)} items against {len(b)}")
             return
         for i, (x, y) in enumerate(zip(a, b, strict=True)):
-            diff_values(x, y, f"{where}[{i}]", out, clocked)
+            diff_values(x, y, f"{where}[{i}]", out)
     elif a != b:
         out.append(f"{where}: {a!r} against {b!r}")
 
 
 def _records(path: Path) -> list:
-    """A JSONL file's records, those of :data:`CLOCKED` systems set apart."""
-    records = [json.loads(line) for line in path.read_text().splitlines()]
-    return [r for r in records if not CLOCKED.search(str(r.get("system", "")))]
+    return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-def compare_file(rel: str, ours: Path, theirs: Path, clocked: list) -> list[str]:
+def compare_file(rel: str, ours: Path, theirs: Path) -> list[str]:
     if rel.endswith(".json"):
         out: list[str] = []
         a, b = json.loads(ours.read_text()), json.loads(theirs.read_text())
-        diff_values(a, b, rel, out, clocked)
+        diff_values(a, b, rel, out)
         return out
     if rel.endswith(".jsonl"):
         a, b = _records(ours), _records(theirs)
@@ -91,7 +80,7 @@ def compare_file(rel: str, ours: Path, theirs: Path, clocked: list) -> list[str]
             return [f"{rel}: {len(a)} records against {len(b)}"]
         out = []
         for i, (x, y) in enumerate(zip(a, b, strict=True), start=1):
-            diff_values(x, y, f"{rel}:{i}", out, clocked)
+            diff_values(x, y, f"{rel}:{i}", out)
         return out
     if TIMED_FILES.search(rel):
         return []
@@ -107,15 +96,13 @@ def files(root: Path) -> set[str]:
     return found
 
 
-def compare(root: Path, other: Path, clocked: list | None = None) -> tuple[list[str], int]:
-    """``(differences, files compared)`` between the outputs of two checkouts;
-    differences in :data:`CLOCKED` rows are appended to ``clocked``."""
-    clocked = [] if clocked is None else clocked
+def compare(root: Path, other: Path) -> tuple[list[str], int]:
+    """``(differences, files compared)`` between the outputs of two checkouts."""
     ours, theirs = files(root), files(other)
     out = [f"{rel}: only in {'ours' if rel in ours else 'theirs'}" for rel in sorted(ours ^ theirs)]
     both = sorted(ours & theirs)
     for rel in both:
-        out += compare_file(rel, root / rel, other / rel, clocked)
+        out += compare_file(rel, root / rel, other / rel)
     return out, len(both)
 
 
@@ -124,14 +111,10 @@ def main(argv=None) -> None:
     parser.add_argument("other", type=Path)
     parser.add_argument("--root", type=Path, default=Path("."))
     args = parser.parse_args(argv)
-    clocked: list[str] = []
-    found, n = compare(args.root, args.other, clocked)
+    found, n = compare(args.root, args.other)
     for line in found:
         print(line)
-    print(
-        f"{n} files compared, {len(found)} non-timing differences; "
-        f'{len(clocked)} more in budget="auto" rows, whose tree size follows the clock'
-    )
+    print(f"{n} files compared, {len(found)} non-timing differences")
     sys.exit(1 if found else 0)
 
 

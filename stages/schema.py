@@ -26,6 +26,15 @@ TIMINGS = ("decode_only", "legacy")
 
 
 @dataclass
+class AutoCost:
+    """``budget="auto"``'s fixed cost table (see :func:`auto_cost`)."""
+
+    sizes: list[int] = MISSING
+    verify_ms: list[float] = MISSING
+    draft_ms: float = MISSING
+
+
+@dataclass
 class Target:
     name: str = MISSING
     source: str = MISSING  # toy or pretrained
@@ -37,6 +46,7 @@ class Target:
     size: dict[str, int] = field(default_factory=dict)
     train: dict[str, Any] = field(default_factory=dict)
     heldout: int = 10
+    auto_cost: AutoCost | None = None
 
 
 @dataclass
@@ -303,6 +313,28 @@ def check_ranges(cfg: DictConfig) -> None:
         integer(f"arms.assistant.size.{key}", n, 1)
     if "task" in cfg and cfg.task is not None:
         integer("task.max_new_tokens", cfg.task.max_new_tokens, 1)
+    auto_cost(cfg)
+
+
+def auto_cost(cfg: DictConfig):
+    """``target.auto_cost`` as a :class:`glance.budget.VerifyCost`, or ``None``
+    (measure on the machine), or exit naming the bad key."""
+    table = cfg.target.get("auto_cost")
+    if table is None:
+        return None
+    from glance.budget import VerifyCost
+
+    key = "target.auto_cost"
+    sizes = [integer(f"{key}.sizes[{i}]", n, 1, MAX_BUDGET) for i, n in enumerate(table.sizes)]
+    ms = [
+        number(f"{key}.verify_ms[{i}]", t, 0, open_low=True) for i, t in enumerate(table.verify_ms)
+    ]
+    draft = number(f"{key}.draft_ms", table.draft_ms, 0)
+    if not sizes or len(ms) != len(sizes):
+        _fail(f"{key}.verify_ms", list(ms), f"one time per size ({len(sizes)}), at least one")
+    if any(b <= a for a, b in zip(sizes, sizes[1:], strict=False)):
+        _fail(f"{key}.sizes", sizes, "strictly ascending sizes")
+    return VerifyCost(tuple(sizes), tuple(ms), draft)
 
 
 def numerics(cfg: DictConfig):

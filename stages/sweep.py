@@ -67,7 +67,7 @@ def main(cfg) -> None:
                 max_new,
                 budget=rows[row],
                 branch_k=settings["branch_k"],
-                costs=verify_costs(),
+                costs=verify_costs(cfg),
                 **kw,
             )
 

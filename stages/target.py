@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from stages.common import app, log, numerics_record, plain, setup, write_json
+from stages.common import app, log, numerics_record, plain, setup, write_json, write_timing
 
 
 def describe(path, revision=None) -> dict:
@@ -92,7 +92,7 @@ def main(cfg) -> None:
             "heldout": quality,
         }
         if train_log is not None:
-            info["train"] = train_log
+            info["train"] = write_timing(cfg, "target", train_log)
     elif t.source == "pretrained":
         if not t.path:
             raise SystemExit("target.path: give a hub name or a local checkpoint folder")

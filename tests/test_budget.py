@@ -82,3 +82,28 @@ def test_acceptance_scale_tracks_the_ratio():
 def test_verify_cost_rejects_bad_curves(sizes, ms, match):
     with pytest.raises(ValueError, match=match):
         VerifyCost(sizes, ms)
+
+
+def test_a_fixed_draft_cost_replaces_the_measured_one():
+    ids, lp = draft(3)
+    tree = build_budget_tree(ids, lp, 255, 8)
+    ms = tuple(1.0 + n / 20 for n in AUTO_SIZES)
+    fixed = VerifyCost(AUTO_SIZES, ms, draft_ms=2.0)
+    got = {choose_budget(tree.logprobs, fixed, draft_ms=d)[0] for d in (0.0, 2.0, 40.0)}
+    assert got == {choose_budget(tree.logprobs, VerifyCost(AUTO_SIZES, ms), 2.0)[0]}
+    # without the fixed cost, the measured draft time does move the choice
+    free = VerifyCost(AUTO_SIZES, ms)
+    assert len({choose_budget(tree.logprobs, free, draft_ms=d)[0] for d in (0.0, 400.0)}) == 2
+
+
+def test_a_fixed_book_never_measures():
+    from glance.budget import VerifyCosts
+
+    fixed = VerifyCost((1, 3), (1.0, 2.0), draft_ms=0.5)
+
+    def measure():
+        raise AssertionError("a fixed book measured")
+
+    assert VerifyCosts(fixed=fixed).get(object(), measure) is fixed
+    with pytest.raises(ValueError, match="draft_ms"):
+        VerifyCost((1, 3), (1.0, 2.0), draft_ms=float("nan"))

@@ -35,6 +35,10 @@ BAD = [
     ("context_sweep.lengths=[-1]", "context_sweep.lengths[0]", "-1"),
     ("threads=two", "threads", "two"),
     ("+surprise=1", "surprise", "surprise"),
+    ("target.auto_cost.sizes=[1,3,3,15,31,63,127,255]", "target.auto_cost.sizes", "3, 3"),
+    ("target.auto_cost.verify_ms=[1.0,2.0]", "target.auto_cost.verify_ms", "2.0"),
+    ("target.auto_cost.verify_ms=[1,2,3,4,5,6,7,-8]", "target.auto_cost.verify_ms[7]", "-8"),
+    ("target.auto_cost.draft_ms=nan", "target.auto_cost.draft_ms", "nan"),
 ]
 
 

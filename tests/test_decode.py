@@ -303,6 +303,31 @@ def test_auto_budget_is_lossless_and_times_the_target_once(world):
     assert sum(r.tree_size in AUTO_SIZES for r in stats.rounds) >= len(stats.rounds) - 1
 
 
+def test_auto_budget_with_a_fixed_cost_is_a_function_of_its_inputs(world):
+    """With a fixed cost table the auto row times nothing and two calls pick the
+    same tree sizes: the row reproduces bit for bit on any machine."""
+    from glance.budget import AUTO_SIZES, VerifyCost, VerifyCosts
+
+    fixed = VerifyCost(AUTO_SIZES, tuple(1.0 + n / 10 for n in AUTO_SIZES), draft_ms=1.0)
+    prompt = world.input_ids[0].tolist()
+    reference = prompt + new_tokens(world.reference, world)
+    runs, calls = [], []
+    handle = world.target.register_forward_pre_hook(lambda *a: calls.append(1))
+    try:
+        for _ in range(2):
+            del calls[:]  # a fresh head: its corruption draws from its own generator
+            head = tiny.OracleHead(world.target, reference, block_size=8, corrupt_rate=0.3)
+            out, stats = glance.generate(
+                head, world.target, world.input_ids, N_NEW, budget="auto", branch_k=4,
+                positions=world.positions, return_stats=True, costs=VerifyCosts(fixed=fixed),
+            )  # fmt: skip
+            assert len(calls) == 1 + len(stats.rounds)  # prefill and one pass a round
+            runs.append((new_tokens(out, world), [r.tree_size for r in stats.rounds]))
+    finally:
+        handle.remove()
+    assert runs[0] == runs[1] and runs[0][0] == expected(world)
+
+
 def test_budget_must_be_positive_or_auto(world):
     with pytest.raises(ValueError, match="auto"):
         glance.generate(world.head, world.target, world.input_ids, 4, budget="wide")

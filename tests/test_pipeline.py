@@ -449,6 +449,23 @@ def test_repro_sweep_and_context_runs(repro):
 
 
 @pytest.mark.slow
+def test_wall_times_stay_out_of_the_outputs_that_must_reproduce(repro):
+    head = json.loads((repro / "models" / "head" / "head.json").read_text())
+    assert not [k for k in head["train"] if k.endswith("seconds")] and head["train"]["steps"] == 3
+    timing = json.loads((repro / "results" / "timing" / "head.json").read_text())
+    assert timing["train_seconds"] > 0 and timing["regenerate_seconds"] > 0
+    for task in TASKS:
+        folder = repro / "results" / "decode" / task
+        rounds = [json.loads(line) for line in (folder / "rounds.jsonl").open()]
+        times = [json.loads(line) for line in (folder / "round_ms.jsonl").open()]
+        assert rounds and not [k for r in rounds for k in r if k.endswith("_ms")]
+        assert [(r["prompt"], r["system"]) for r in rounds] == [
+            (t["prompt"], t["system"]) for t in times
+        ]
+        assert all(t["verify_ms"] > 0 and t["draft_ms"] > 0 for t in times)
+
+
+@pytest.mark.slow
 def test_repro_audit_law_and_table(repro):
     audit = json.loads((repro / "results" / "audit.json").read_text())
     assert audit["prompts"] == 5 and audit["mismatch"] == 0 and audit["extend_budget"] == 63
@@ -457,6 +474,12 @@ def test_repro_audit_law_and_table(repro):
     assert {"glance", "glance_auto", "chain", "glance_extend", "glance@N=1", "glance@N=7",
             "glance@0.7", "chain@0.7", "glance@1", "chain@1"} == set(audit["rows"])  # fmt: skip
     assert all(r["equal"] == 5 and r["MISMATCH"] == 0 for r in audit["rows"].values())
+    # decode ran the same recipe on these prompts: its rows are reused, not decoded again
+    for task in TASKS:
+        assert {"ar", "glance", "glance_auto", "chain", "glance@0.7"} <= set(
+            audit["from_decode"][task]
+        )
+        assert not any(r.startswith("glance@N=") for r in audit["from_decode"][task])
     assert all(
         p["prompt"] >= 1 and "ar" in p["control_equal"]
         for ps in audit["tasks"].values()

@@ -37,16 +37,21 @@ def test_timing_fields_are_left_out_and_every_other_field_is_compared(tmp_path):
     ]
 
 
-def test_rows_sized_by_the_clock_are_counted_apart(tmp_path):
+def test_auto_rows_are_compared_like_every_other_row(tmp_path):
+    """budget="auto" sizes its trees from target.auto_cost, a fixed table, so
+    its rows must reproduce too."""
     a, b = tmp_path / "a", tmp_path / "b"
     write(a, "results/s.json", {"systems": {"glance": {"tau": 5}, "glance_auto": {"tau": 4}}})
     write(b, "results/s.json", {"systems": {"glance": {"tau": 5}, "glance_auto": {"tau": 6}}})
     rounds = '{"system": "glance", "accepted": 2}\n{"system": "glance_auto", "accepted": %d}\n'
     write(a, "results/r.jsonl", rounds % 1)
-    write(b, "results/r.jsonl", rounds % 3 + '{"system": "glance_auto", "accepted": 0}\n')
-    clocked = []
-    assert compare(a, b, clocked) == ([], 2)
-    assert clocked == ["results/s.json.systems.glance_auto.tau: 4 against 6"]
+    write(b, "results/r.jsonl", rounds % 3)
+    found, n = compare(a, b)
+    assert n == 2
+    assert found == [
+        "results/r.jsonl:2.accepted: 1 against 3",
+        "results/s.json.systems.glance_auto.tau: 4 against 6",
+    ]
 
 
 def test_timing_keys():
@@ -54,3 +59,22 @@ def test_timing_keys():
         assert timing_key(key), key
     for key in ("tau", "accepted", "entropy", "rounds", "sha256", "budget"):
         assert not timing_key(key), key
+
+
+def test_decode_outputs_are_reused_only_under_the_same_recipe(tmp_path):
+    import pytest
+
+    from stages.common import read_outputs, write_outputs
+
+    path = tmp_path / "outputs.jsonl"
+    recipe = {"budget": 63, "dtype": "float32", "numerics": {"aten": "default"}}
+    write_outputs(path, recipe, {"ar": [[1, 2], [3]], "glance": [[1, 2], [3]]})
+    assert read_outputs(path, recipe) == {
+        ("ar", 1): [1, 2], ("ar", 2): [3], ("glance", 1): [1, 2], ("glance", 2): [3],
+    }  # fmt: skip
+    assert read_outputs(path, {**recipe, "budget": 31}) == {}
+    assert read_outputs(path, {**recipe, "numerics": {"aten": "avx2"}}) == {}
+    assert read_outputs(tmp_path / "missing.jsonl", recipe) == {}
+    path.write_text(path.read_text() + '{"row": "chain", "prompt": 1}\n')
+    with pytest.raises(SystemExit, match="outputs.jsonl, line 6"):
+        read_outputs(path, recipe)
