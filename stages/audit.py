@@ -18,9 +18,10 @@ mismatch.
 
 The decode stage runs many of these rows on the same prompts. Where its
 ``results/decode/<task>/outputs.jsonl`` was made under the recipe the audit
-would use (float32, greedy, no context filler, the same budget, head, target,
-seeds and pinned numerics: :func:`stages.common.token_recipe`), those rows'
-ids are taken from it rather than decoded again (``audit.json`` lists them
+would use (float32, greedy, no context filler, the same budget, seeds and
+pinned numerics: :func:`stages.common.token_recipe`; the same task file,
+target, head weights and ``glance`` sources: :func:`stages.decode.inputs_digest`),
+those rows' ids are taken from it rather than decoded again (``audit.json`` lists them
 under ``from_decode``); the greedy baseline's control run is always the
 audit's own, so decode's baseline is checked against a fresh greedy run.
 """
@@ -53,6 +54,7 @@ from stages.common import (
     verify_costs,
     write_json,
 )
+from stages.decode import inputs_digest
 
 VERDICTS = ("equal", "control_differs", "MISMATCH")
 
@@ -106,7 +108,10 @@ def main(cfg) -> None:
         max_new = int(cfg.max_new_tokens or task.max_new_tokens)
         greedy = {"context": 0, "extend_budget": 0, "temperature": 0.0}
         recipe = token_recipe(cfg, {**settings, **greedy, "max_new_tokens": max_new}, extend)
+        recipe |= inputs_digest(cfg, task)
         decoded = read_outputs(Path(cfg.paths.results) / "decode" / name / "outputs.jsonl", recipe)
+        if cfg.target.get("auto_cost") is None:  # auto's trees then follow the clock
+            decoded = {k: v for k, v in decoded.items() if k[0] != "glance_auto"}
         reused[name] = sorted({row for row, i in decoded if row in rows and i <= n})
         per_prompt = []
         for i, record in enumerate(task_records(cfg, task, n + 1)[1:], start=1):

@@ -37,6 +37,7 @@ default ``results/decode/<task>``, and for a ``-m`` sweep
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict
 from pathlib import Path
 
@@ -61,6 +62,31 @@ from stages.common import (
     write_json,
     write_outputs,
 )
+
+
+def inputs_digest(cfg, task) -> dict:
+    """SHA-256 of what a row's ids are made from beyond the config: the task
+    file, the target's record (its weights' hash, or hub name and revision),
+    the head's files and ``glance``'s sources. Part of the audit's reuse recipe
+    (:func:`stages.common.token_recipe`), so the recipe goes stale when any of
+    them changes, also when a stage is run by hand outside DVC."""
+    import hashlib
+
+    def digest(paths) -> str:
+        h = hashlib.sha256()
+        for p in sorted(paths):
+            h.update(p.name.encode() + b"\0" + p.read_bytes())
+        return h.hexdigest()
+
+    root = Path(__file__).resolve().parent.parent
+    head = json.loads((Path(cfg.paths.head) / "head.json").read_text(encoding="utf-8"))
+    head_dir = Path(head["path"])
+    return {
+        "task_file": digest([Path(cfg.paths.data) / task.file]),
+        "target": digest([Path(cfg.paths.target) / "target.json"]),
+        "head": digest([*head_dir.glob("*.safetensors"), head_dir / "config.json"]),
+        "glance": digest(p for p in (root / "glance").rglob("*") if p.suffix in (".py", ".c")),
+    }
 
 
 def output_dir(cfg, task) -> Path:
@@ -223,7 +249,7 @@ def main(cfg) -> None:
     untimed = [{k: v for k, v in r.items() if k not in timed} for r in rounds]
     write_rounds(out_dir / "rounds.jsonl", untimed)
     write_rounds(out_dir / "round_ms.jsonl", [{k: r[k] for k in (*keep, *timed)} for r in rounds])
-    recipe = token_recipe(cfg, settings, summary["extend_row"])
+    recipe = token_recipe(cfg, settings, summary["extend_row"]) | inputs_digest(cfg, task)
     write_outputs(
         out_dir / "outputs.jsonl", recipe, {s: [r["ids"] for r in measured[s]] for s in systems}
     )

@@ -6,7 +6,8 @@ Writes ``<paths.target>/target.json``: where the weights are (``path``,
 and for the toy target its weights' SHA-256 and held-out exact match. The toy
 target ships in the repository (``target.path``); its hash is checked against
 ``target.sha256``. With ``target.retrain=true`` a new one is trained into this
-folder instead, and its training log is recorded too.
+folder instead, and its training log is recorded too (its wall times in
+``results/timing/target.json``).
 """
 
 from __future__ import annotations
@@ -101,6 +102,8 @@ def main(cfg) -> None:
     else:
         raise SystemExit(f"target.source: expected toy or pretrained; got {t.source!r}")
     info |= {"name": t.name, "source": t.source, "dtype": str(cfg.dtype)}
+    if "train" not in info:
+        write_timing(cfg, "target", {})  # nothing trained, nothing timed
     info["numerics"] = numerics_record(cfg)
     write_json(out / "target.json", info)
     log.info("target %s: %s, %d layers", t.name, info["architecture"], info["layers"])

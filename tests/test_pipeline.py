@@ -155,8 +155,11 @@ def test_target_ships_checked_and_retrains_only_when_asked(tmp_path):
         "threads=1",
         f"paths.data={data}",
         f"paths.target={out}",
+        f"paths.results={tmp_path / 'results'}",
     )
     info = json.loads((out / "target.json").read_text())
+    timing = json.loads((tmp_path / "results" / "timing" / "target.json").read_text())
+    assert timing["phases"][0]["seconds"] > 0 and "seconds" not in info["train"]
     assert info["retrained"] and info["train"]["steps"] == 2 and info["path"] == str(out)
     assert info["hidden_size"] == 32 and (out / "model.safetensors").is_file()
 
