@@ -45,19 +45,142 @@ def atomic_write_text(path, text: str) -> None:
         raise
 
 
-def replace_dir(path, fill) -> None:
+#: the file that marks a folder as one GLANCE wrote: it lists the files of the
+#: set with their SHA-256, so a folder is only ever replaced if it holds what we
+#: wrote there, and a reader can check that it reads one set
+MARKER = ".glance-output"
+#: version-control bookkeeping that may sit in an output folder (DVC writes a
+#: ``.gitignore`` beside its outputs); carried over when the folder is replaced
+BOOKKEEPING = (".gitignore", ".dvcignore")
+
+
+def _digest(path: Path) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _listing(folder: Path) -> dict[str, str]:
+    return {
+        p.relative_to(folder).as_posix(): _digest(p)
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and p.name != MARKER and p.relative_to(folder).as_posix() not in BOOKKEEPING
+    }
+
+
+def check_replaceable(path, what: str, expect=()) -> None:
+    """Refuse, naming ``what`` and ``path``, to replace a folder GLANCE did not
+    write: ``path`` may be missing, empty (version-control bookkeeping aside),
+    marked by :data:`MARKER`, or hold only files named in ``expect`` (the set
+    about to be written). Anything else, a repository root say, raises
+    ``ValueError`` before any work is done; so does an unwritable parent."""
+    path = Path(path)
+    if path.is_symlink() or (path.exists() and not path.is_dir()):
+        raise ValueError(f"{what} {path}: exists and is not a folder; expected a folder to write")
+    if path.is_dir() and not (path / MARKER).is_file():
+        foreign = sorted(
+            p.name for p in path.iterdir() if p.name not in BOOKKEEPING and p.name not in expect
+        )
+        if foreign:
+            shown = ", ".join(foreign[:5]) + (
+                f" and {len(foreign) - 5} more" if len(foreign) > 5 else ""
+            )
+            raise ValueError(
+                f"{what} {path}: holds files GLANCE did not write ({shown}) and no {MARKER}; "
+                "refusing to replace it. Point it at a new or empty folder, or empty it yourself"
+            )
+    parent = path.parent if path.parent != Path("") else Path(".")
+    probe = parent
+    while not probe.exists():
+        probe = probe.parent
+    if not probe.is_dir():
+        raise ValueError(f"{what} {path}: {probe} is a file, so no folder can be made there")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise ValueError(f"{what} {path}: {probe} is not writable")
+
+
+def check_set(folder, names=None) -> None:
+    """Check that ``folder`` holds one written set: each file its
+    :data:`MARKER` lists (or just ``names``) is present with the recorded
+    SHA-256. A folder without a marker passes (written before markers, or by
+    hand). Raises ``ValueError`` naming the folder and the file that differs."""
+    import json
+
+    folder = Path(folder)
+    marker = folder / MARKER
+    if not marker.is_file():
+        return
+    try:
+        files = json.loads(marker.read_text(encoding="utf-8"))["files"]
+    except (ValueError, KeyError, TypeError) as err:
+        raise ValueError(f"{marker}: not a GLANCE output marker ({err})") from err
+    for name, digest in files.items():
+        if names is not None and name not in names:
+            continue
+        file = folder / name
+        if not file.is_file() or _digest(file) != digest:
+            raise ValueError(
+                f"{folder}: {name} is not the one written with the rest of this folder "
+                f"({MARKER}); the folder holds a mix of two runs; rerun the stage that writes it"
+            )
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two paths in one step (Linux ``renameat2(RENAME_EXCHANGE)``);
+    ``False`` where the system cannot."""
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    renameat2.argtypes = [
+        ctypes.c_int,
+        ctypes.c_char_p,
+        ctypes.c_int,
+        ctypes.c_char_p,
+        ctypes.c_uint,
+    ]
+    at_fdcwd, rename_exchange = -100, 2
+    if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
+        return True
+    errno = ctypes.get_errno()
+    if errno in (22, 38, 95):  # EINVAL, ENOSYS, EOPNOTSUPP: the file system cannot
+        return False
+    raise OSError(errno, os.strerror(errno), f"{a} <-> {b}")
+
+
+def replace_dir(path, fill, what: str = "output folder", expect=()) -> None:
     """Build a folder with ``fill(tmp_path)`` in a temporary sibling, then put it
-    in place of ``path``, so a reader never sees a half-written checkpoint. The
-    folder gets the mode ``mkdir`` would give it (0755 under umask 022)."""
+    in place of ``path`` in one step, so a reader, or a killed run, leaves the
+    old set or the new one, never a mix. ``path`` is first checked with
+    :func:`check_replaceable` (``what`` and ``expect`` as there), before
+    ``fill`` does any work. The new folder gets :data:`MARKER` (its files and
+    their SHA-256), any bookkeeping the old one had, and the mode ``mkdir``
+    would give it (0755 under umask 022)."""
+    import json
     import shutil
 
     path = Path(path)
+    check_replaceable(path, what, expect)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
     try:
         os.chmod(tmp, 0o777 & ~_umask())  # as mkdir would, not mkdtemp's 0700
         fill(tmp)
-        if path.exists():
+        for name in BOOKKEEPING:
+            if (path / name).is_file() and not (tmp / name).exists():
+                shutil.copy2(path / name, tmp / name)
+        marker = {"written_by": "glance", "files": _listing(tmp)}
+        atomic_write_text(tmp / MARKER, json.dumps(marker, indent=1, sort_keys=True) + "\n")
+        if path.is_dir() and _exchange(tmp, path):
+            shutil.rmtree(tmp, ignore_errors=True)  # tmp now holds the old set
+        elif path.exists():
             old = path.with_name(f".{path.name}.old")
             shutil.rmtree(old, ignore_errors=True)
             os.replace(path, old)
@@ -68,6 +191,50 @@ def replace_dir(path, fill) -> None:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def write_files(folder, files: dict, check_writable: bool = True) -> None:
+    """Write several files into a shared ``folder`` (``results/``, say) as one
+    set: every temporary file is written first, so a full disk or a write error
+    changes nothing, then each is renamed into place, the first-named last.
+    ``files`` maps a file name to its text. The renames are not one step: a set
+    whose readers must detect a kill between them records its siblings' SHA-256
+    in its first file (:func:`set_digests`)."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    tmps = {}
+    try:
+        for name, text in files.items():
+            fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=folder)
+            tmps[name] = tmp
+            os.fchmod(fd, 0o666 & ~_umask())
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(text)
+        for name in reversed(list(files)):
+            os.replace(tmps.pop(name), folder / name)
+    finally:
+        for tmp in tmps.values():
+            Path(tmp).unlink(missing_ok=True)
+
+
+def text_digest(text: str) -> str:
+    """SHA-256 of ``text`` as :func:`write_files` writes it (UTF-8)."""
+    import hashlib
+
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def check_siblings(folder, digests: dict, where: str) -> None:
+    """Check that each file named in ``digests`` (a set's first file's record
+    of its siblings) in ``folder`` has that SHA-256; raises ``ValueError``
+    naming ``where`` and the file, for a set mixed by a killed write."""
+    for name, digest in digests.items():
+        file = Path(folder) / name
+        if not file.is_file() or _digest(file) != digest:
+            raise ValueError(
+                f"{where}: {file} is not the one written with it (a mix of two runs); "
+                "rerun the stage that writes them"
+            )
 
 
 _PICKLE_WEIGHTS = ("*.bin", "*.pt", "*.pth", "*.ckpt", "*.pkl")

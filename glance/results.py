@@ -33,26 +33,52 @@ def write_rounds(path, records) -> None:
     atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in records))
 
 
-def read_rounds(path, system: str = "glance") -> tuple[np.ndarray, ...]:
-    """Entropy, accepted and effective cap of each round of ``system``.
+def read_rounds(path, system: str = "glance", prompts: bool = False) -> tuple[np.ndarray, ...]:
+    """Entropy, accepted and effective cap of each round of ``system`` (and,
+    with ``prompts``, each round's prompt), as arrays.
 
     ``accepted`` is clipped to the cap: drafted tokens accepted past the end of
-    the output (after its stop token) never count."""
-    entropy, accepted, cap = [], [], []
+    the output (after its stop token) never count. Every record is checked
+    where it is read: entropy a finite number >= 0, accepted an integer >= 0,
+    cap an integer >= 1, prompt an integer >= 0. A bad record, or a file with
+    no round of ``system``, raises ``ValueError`` naming the file and line."""
+    import math
+
+    entropy, accepted, cap, prompt = [], [], [], []
+
+    def whole(r, key, low):
+        v = r[key]
+        if isinstance(v, bool) or not isinstance(v, int) or v < low:
+            raise ValueError(f"{key}: expected an integer >= {low}; got {v!r}")
+        return v
+
     with open(path, encoding="utf-8") as f:
         for number, line in enumerate(f, 1):
             try:
                 r = json.loads(line)
-                if r["system"] == system:
-                    entropy.append(float(r["entropy"]))
-                    cap.append(int(r["cap"]))
-                    accepted.append(min(int(r["accepted"]), cap[-1]))
+                if r["system"] != system:
+                    continue
+                h = r["entropy"]
+                if isinstance(h, bool) or not isinstance(h, int | float) or not math.isfinite(h):
+                    raise ValueError(f"entropy: expected a finite number; got {h!r}")
+                if h < 0:
+                    raise ValueError(f"entropy: expected a number >= 0; got {h!r}")
+                c = whole(r, "cap", 1)
+                a = whole(r, "accepted", 0)
+                i = whole(r, "prompt", 0) if prompts else 0
             except (json.JSONDecodeError, KeyError, TypeError, ValueError) as err:
                 raise ValueError(
                     f"{path}:{number}: expected a round record with system, entropy, "
-                    f"accepted and cap ({err})"
+                    f"accepted, cap and prompt ({err})"
                 ) from err
-    return np.array(entropy), np.array(accepted, dtype=np.int64), np.array(cap, dtype=np.int64)
+            entropy.append(float(h))
+            cap.append(c)
+            accepted.append(min(a, c))
+            prompt.append(i)
+    if not entropy:
+        raise ValueError(f"{path}: no round of system {system!r}; rerun the stage that writes it")
+    out = (np.array(entropy), np.array(accepted, dtype=np.int64), np.array(cap, dtype=np.int64))
+    return (*out, np.array(prompt, dtype=np.int64)) if prompts else out
 
 
 def system_summary(runs: list[dict], base: list[dict] | None, seed: int, resamples: int) -> dict:

@@ -61,7 +61,7 @@ from stages.common import (
     setup,
     task_by_name,
     task_records,
-    write_json,
+    write_set,
 )
 
 #: rows that go through GLANCE's verify and walk: any output that differs
@@ -212,7 +212,6 @@ def load_models(cfg, target) -> Models:
 def main(cfg) -> None:
     from tqdm import tqdm
 
-    from glance._io import atomic_write_text
     from glance.report import arms_markdown, arms_panel
 
     setup(cfg)
@@ -276,8 +275,8 @@ def main(cfg) -> None:
     result["pooled"] = summarise({r: [None] + c for r, c in pooled.items()}, *stat, lossy)
     result["budget_sweep"] = budget_sweep(cfg, models, processor, stops)
     results = Path(cfg.paths.results)
-    write_json(results / "arms.json", result | {"numerics": numerics_record(cfg)})
-    atomic_write_text(results / "arms.md", arms_markdown(result))
+    others = {"arms.md": arms_markdown(result)}
+    write_set(results, "arms.json", result | {"numerics": numerics_record(cfg)}, others)
     import matplotlib
 
     matplotlib.use("Agg")

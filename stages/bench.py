@@ -50,7 +50,7 @@ from stages.common import (
     task_by_name,
     task_records,
     verify_costs,
-    write_json,
+    write_set,
 )
 
 ROWS = (
@@ -335,8 +335,6 @@ def markdown(result: dict) -> str:
 def main(cfg) -> None:
     from tqdm import tqdm
 
-    from glance._io import atomic_write_text
-
     setup(cfg)
     decode_settings(cfg)  # bad settings fail before any model loads
     target, processor = load_target(cfg)
@@ -376,15 +374,12 @@ def main(cfg) -> None:
     result["length_curve"] = length_curve(cfg, target, head, processor)
     result["budget_curve"] = budget_curve(cfg, target, head, processor)
     results = Path(cfg.paths.results)
-    write_json(results / "bench.json", result | {"numerics": numerics_record(cfg)})
-    atomic_write_text(results / "bench.md", markdown(result))
     # the cost curves as tables, for `dvc plots`
     cost = ["tree_size,verify_ms,draft_ms,host_ms,host_share"] + [
         f"{r['tree_size']:.6g},{r['verify_ms']:.6g},{r['draft_ms']:.6g},{r['host_ms']:.6g},"
         f"{r['host_share']:.6g}"
         for r in result["budget_curve"]["rows"]
     ]
-    atomic_write_text(results / "verify_cost.csv", "\n".join(cost) + "\n")
     lc = result["length_curve"]
     length = ["new_tokens,glance_tree_ms_per_token,glance_greedy_ms_per_token,glance_tree_round_ms"]
     length += [
@@ -397,7 +392,12 @@ def main(cfg) -> None:
             strict=True,
         )
     ]
-    atomic_write_text(results / "length_curve.csv", "\n".join(length) + "\n")
+    others = {
+        "bench.md": markdown(result),
+        "verify_cost.csv": "\n".join(cost) + "\n",
+        "length_curve.csv": "\n".join(length) + "\n",
+    }
+    write_set(results, "bench.json", result | {"numerics": numerics_record(cfg)}, others)
     log.info("bench:\n%s", markdown(result))
 
 

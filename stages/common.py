@@ -22,6 +22,7 @@ from glance._io import atomic_write_text
 from glance.numerics import NumericsError, pin, record
 from stages.schema import (
     MAX_BUDGET,
+    MIN_PROMPTS,
     TIMINGS,
     auto_cost,
     budget,
@@ -104,7 +105,8 @@ def numerics_record(cfg: DictConfig) -> dict:
 
 
 def setup(cfg: DictConfig) -> None:
-    """Seed every generator from ``cfg.seed`` and set torch's thread count."""
+    """Seed every generator from ``cfg.seed``, set torch's thread count, and
+    check that ``cfg.device`` exists here, before any model loads."""
     random.seed(cfg.seed)
     np.random.seed(cfg.seed)
     try:
@@ -114,10 +116,70 @@ def setup(cfg: DictConfig) -> None:
     torch.manual_seed(cfg.seed)
     if cfg.threads:
         torch.set_num_threads(int(cfg.threads))
+    check_device(str(cfg.device))
+
+
+def check_device(device: str) -> None:
+    """Exit naming ``device`` when this machine has no such device."""
+    import torch
+
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, ValueError) as err:
+        raise SystemExit(f"device: expected cpu, cuda or cuda:N; got {device!r} ({err})") from None
+    if dev.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise SystemExit(
+                f"device: {device!r}, but this machine has no CUDA device; use device=cpu"
+            )
+        if dev.index is not None and dev.index >= count:
+            raise SystemExit(f"device: {device!r}, but this machine has {count} CUDA device(s)")
+    elif dev.type == "mps" and not torch.backends.mps.is_available():
+        raise SystemExit(f"device: {device!r}, but MPS is not available here; use device=cpu")
 
 
 def write_json(path, data) -> None:
-    atomic_write_text(path, json.dumps(data, indent=2, default=_plain) + "\n")
+    """``data`` as strict JSON at ``path``, atomically (:func:`json_text`)."""
+    atomic_write_text(path, json_text(data))
+
+
+def json_text(data) -> str:
+    """``data`` as indented strict JSON: a NaN or infinity raises
+    ``ValueError`` rather than writing a bare ``NaN`` no JSON reader accepts."""
+    try:
+        return json.dumps(data, indent=2, default=_plain, allow_nan=False) + "\n"
+    except ValueError as err:
+        raise ValueError(
+            f"refusing to write a non-finite number as JSON: {_non_finite(data)}"
+        ) from err
+
+
+def _non_finite(x, where="") -> str:
+    """The first key path in ``x`` holding a NaN or infinity, for the error."""
+    import math
+
+    if isinstance(x, float | np.floating) and not math.isfinite(x):
+        return f"{where or 'value'} = {x}"
+    items = (
+        x.items() if isinstance(x, dict) else enumerate(x) if isinstance(x, list | tuple) else ()
+    )
+    for k, v in items:
+        found = _non_finite(v, f"{where}.{k}" if where else str(k))
+        if found:
+            return found
+    return ""
+
+
+def write_set(folder, name: str, data: dict, others: dict) -> None:
+    """A JSON output ``name`` and its sibling files ``others`` (name -> text)
+    into the shared ``folder``, as one set (:func:`glance._io.write_files`):
+    the JSON records each sibling's SHA-256 under ``"files"``, which
+    :func:`read_json` checks, so a kill between the renames is caught."""
+    from glance._io import text_digest, write_files
+
+    data = data | {"files": {k: text_digest(v) for k, v in others.items()}}
+    write_files(folder, {name: json_text(data), **others})
 
 
 def write_timing(cfg: DictConfig, stage: str, log: dict) -> dict:
@@ -148,14 +210,44 @@ def _split_seconds(x):
     return x, None
 
 
-def read_json(path, what: str) -> dict:
+def read_json(path, what: str, nonnegative: bool = False) -> dict:
+    """A stage's JSON output, checked where it is read: strict JSON (a bare
+    ``NaN`` or ``Infinity`` is refused), with ``nonnegative`` no number below
+    0 (a summary's times, rates, tau and ratios), and, when it records its set
+    (``"files"``: sibling name -> SHA-256), siblings from the same run.
+    ``what`` says how to make a missing file. Errors name the file and key."""
+    from glance._io import check_siblings
+
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: missing; {what}")
+
+    def refuse(constant):
+        raise ValueError(f"{path}: {constant} is not a number JSON allows; expected a finite value")
+
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(path.read_text(encoding="utf-8"), parse_constant=refuse)
     except json.JSONDecodeError as err:
         raise ValueError(f"{path}: not JSON ({err})") from err
+    if nonnegative:
+        bad = _negative(data)
+        if bad:
+            raise ValueError(f"{path}: {bad}; expected a number >= 0")
+    if isinstance(data, dict) and isinstance(data.get("files"), dict):
+        check_siblings(path.parent, data["files"], str(path))
+    return data
+
+
+def _negative(x, where="") -> str:
+    """The first key path in ``x`` holding a negative number, for the error."""
+    if isinstance(x, int | float) and not isinstance(x, bool) and x < 0:
+        return f"{where or 'value'} = {x}"
+    items = x.items() if isinstance(x, dict) else enumerate(x) if isinstance(x, list) else ()
+    for k, v in items:
+        found = _negative(v, f"{where}.{k}" if where else str(k))
+        if found:
+            return found
+    return ""
 
 
 def _plain(x):
@@ -193,24 +285,23 @@ def task_by_name(name: str) -> DictConfig:
 
 
 def task_records(cfg: DictConfig, task: DictConfig, n: int | None) -> list[dict]:
-    """The first ``n`` records of the task's JSONL file (all when ``None``); each
-    image must exist inside the data folder. Errors name the file and line."""
+    """The first ``n`` records of the task's JSONL file (all when ``None``; the
+    rest of the file is not read); each image must exist inside the data
+    folder. Errors name the file and line."""
     from glance._io import inside
     from glance.tasks import numbered_records
 
     data_dir = Path(cfg.paths.data)
-    path = data_dir / task.file
+    path = inside(data_dir, str(task.file), f"task {task.name}: file")
     if not path.is_file():
         raise FileNotFoundError(f"{path}: missing task file; run `python -m stages.prepare`")
-    numbered = numbered_records(path)
+    numbered = numbered_records(path, limit=n)
     records = [r for _, r in numbered]
     for line, r in numbered:
         if not inside(data_dir, r["image"], f"{path}:{line}: image").is_file():
             raise FileNotFoundError(f"{path}:{line}: image {r['image']} not under {data_dir}")
-    if n is not None:
-        if len(records) < n:
-            raise ValueError(f"{path}: {len(records)} records; this run needs {n}")
-        records = records[:n]
+    if n is not None and len(records) < n:
+        raise ValueError(f"{path}: {len(records)} records; this run needs {n}")
     return records
 
 
@@ -223,7 +314,7 @@ def decode_settings(cfg: DictConfig, task: DictConfig | None = None) -> dict:
     out = {
         "budget": budget("budget", cfg.budget),
         "branch_k": integer("branch_k", cfg.branch_k, 1),
-        "n": integer("n", cfg.n, 1),
+        "n": integer("n", cfg.n, MIN_PROMPTS),
         "context": integer("context", cfg.context, 0),
         "extend_budget": integer("extend_budget", cfg.extend_budget, 0, MAX_BUDGET),
     }
@@ -269,6 +360,31 @@ def load_target(cfg: DictConfig):
         device=cfg.device,
         revision=info.get("revision"),
     )
+
+
+def target_positions(cfg: DictConfig) -> int | None:
+    """The target's positions (its text model's ``max_position_embeddings``),
+    read from its config alone; ``None`` when the config is out of reach."""
+    from transformers import AutoConfig
+
+    info = read_json(Path(cfg.paths.target) / "target.json", "run `python -m stages.target` first")
+    try:
+        config = AutoConfig.from_pretrained(str(info["path"]), revision=info.get("revision"))
+    except (OSError, ValueError):
+        return None
+    return getattr(config.get_text_config(), "max_position_embeddings", None)
+
+
+def check_context(cfg: DictConfig, settings: dict) -> None:
+    """Exit naming ``context`` when its filler and ``max_new_tokens`` cannot fit
+    the target's positions, before any model loads or text is tokenised."""
+    limit = target_positions(cfg)
+    need = settings["context"] + settings.get("max_new_tokens", 0) + 1
+    if limit is not None and need > limit:
+        raise SystemExit(
+            f"context: {settings['context']} filler tokens and max_new_tokens="
+            f"{settings.get('max_new_tokens', 0)} exceed the target's {limit} positions"
+        )
 
 
 def load_head(cfg: DictConfig, target):
@@ -318,13 +434,18 @@ def token_recipe(cfg: DictConfig, settings: dict, extend: int) -> dict:
     }
 
 
-def write_outputs(path, recipe: dict, ids: dict) -> None:
-    """``outputs.jsonl``: the recipe, then one line per row and prompt (``ids``:
-    row -> one token list per measured prompt, prompts numbered from 1)."""
+def outputs_text(recipe: dict, ids: dict) -> str:
+    """``outputs.jsonl``'s text: the recipe, then one line per row and prompt
+    (``ids``: row -> one token list per measured prompt, prompts numbered from 1)."""
     lines = [json.dumps({"recipe": recipe})]
     for row, prompts in ids.items():
         lines += [json.dumps({"row": row, "prompt": i, "ids": t}) for i, t in enumerate(prompts, 1)]
-    atomic_write_text(path, "\n".join(lines) + "\n")
+    return "\n".join(lines) + "\n"
+
+
+def write_outputs(path, recipe: dict, ids: dict) -> None:
+    """Write :func:`outputs_text` to ``path``, atomically."""
+    atomic_write_text(path, outputs_text(recipe, ids))
 
 
 def read_outputs(path, recipe: dict) -> dict:
@@ -376,9 +497,12 @@ def prompt_inputs(processor, record: dict, data_dir, preamble: str = ""):
     the optional preamble), then its image."""
     from PIL import Image
 
+    from glance.tasks import check_image
     from glance.vl import chat_inputs
 
-    with Image.open(Path(data_dir) / record["image"]) as img:
+    path = Path(data_dir) / record["image"]
+    check_image(path, f"image {path}")  # bounded before decoding, named on failure
+    with Image.open(path) as img:
         image = img.convert("RGB")
     return chat_inputs(processor, preamble + record["prompt"], image)
 

@@ -44,6 +44,7 @@ from pathlib import Path
 from glance.vl import stop_ids
 from stages.common import (
     app,
+    check_context,
     check_lossless,
     decode_settings,
     extend_row,
@@ -89,7 +90,13 @@ def inputs_digest(cfg, task) -> dict:
     }
 
 
+#: the files a decode run writes to its ``out_dir``, as one set
+FILES = ("summary.json", "rounds.jsonl", "round_ms.jsonl", "outputs.jsonl")
+
+
 def output_dir(cfg, task) -> Path:
+    """``out_dir``, or ``results/decode/<task>``, or for a ``-m`` sweep
+    ``results/sweeps/<task>/<the run's overrides>`` (:func:`sweep_folder`)."""
     if cfg.out_dir:
         return Path(cfg.out_dir)
     from hydra.core.hydra_config import HydraConfig
@@ -97,8 +104,39 @@ def output_dir(cfg, task) -> Path:
 
     hc = HydraConfig.get()
     if hc.mode == RunMode.MULTIRUN:
-        return Path(cfg.paths.results) / "sweeps" / task.name / (hc.job.override_dirname or "base")
+        return sweep_folder(Path(cfg.paths.results) / "sweeps" / task.name, hc.job.override_dirname)
     return Path(cfg.paths.results) / "decode" / task.name
+
+
+def sweep_folder(base: Path, overrides: str) -> Path:
+    """``base`` / one folder named by a sweep job's ``overrides`` (Hydra's
+    ``override_dirname``), with ``/`` and other path characters escaped, so
+    no override value (``prepare.split=../../x``, say) leaves ``base``."""
+    from urllib.parse import quote
+
+    name = quote(overrides or "base", safe="=,+-_.:@[]'\"")
+    if name in (".", ".."):
+        name = name.replace(".", "%2E")
+    return base / name
+
+
+def check_positions(cfg, settings: dict, processor, prompts: list, where: str) -> None:
+    """Exit naming ``where`` and the prompt when a prompt (filler included) and
+    ``max_new_tokens`` do not fit the target's positions; runs before any
+    decoding. ``prompts`` are the prompts' input ids."""
+    from stages.common import target_positions
+
+    limit = target_positions(cfg)
+    if limit is None:
+        return
+    max_new = settings["max_new_tokens"]
+    for i, ids in enumerate(prompts):
+        if ids.shape[1] + max_new > limit:
+            raise SystemExit(
+                f"{where}, prompt {i}: {ids.shape[1]} prompt tokens "
+                f"(context={settings['context']}) and max_new_tokens={max_new} "
+                f"exceed the target's {limit} positions"
+            )
 
 
 @app
@@ -106,6 +144,7 @@ def main(cfg) -> None:
     from tqdm import tqdm
 
     import glance
+    from glance._io import check_replaceable, replace_dir
     from glance.metrics import drop_warmup
     from glance.results import regime, speed_ratio, system_summary, tau_ratio, write_rounds
 
@@ -113,12 +152,19 @@ def main(cfg) -> None:
     task = task_config(cfg)
     settings = decode_settings(cfg, task)  # before any model loads
     out_dir = output_dir(cfg, task)
+    try:
+        check_replaceable(out_dir, "out_dir", expect=FILES)
+    except ValueError as err:
+        raise SystemExit(str(err)) from None
+    check_context(cfg, settings)
     records = task_records(cfg, task, settings["n"] + 1)
     target, processor = load_target(cfg)
     head = load_head(cfg, target)
     max_new = settings["max_new_tokens"]
     tokenizer = getattr(processor, "tokenizer", processor)
     preamble = filler(settings["context"], tokenizer)
+    inputs = [prompt_inputs(processor, r, cfg.paths.data, preamble) for r in records]
+    check_positions(cfg, settings, processor, [ids for ids, _ in inputs], f"decode {task.name}")
     stops = stop_ids(processor, target)
     temperature, extend = settings["temperature"], extend_row(cfg, head)
     budget, branch_k = settings["budget"], settings["branch_k"]
@@ -157,8 +203,7 @@ def main(cfg) -> None:
             **kw_t,
         )
 
-    for i, record in enumerate(tqdm(records, desc=f"decode {task.name}", unit="prompt")):
-        ids, positions = prompt_inputs(processor, record, cfg.paths.data, preamble)
+    for i, (ids, positions) in enumerate(tqdm(inputs, desc=f"decode {task.name}", unit="prompt")):
         kw = dict(
             positions=positions, stop_token_ids=stops, timing=settings["timing"], return_stats=True
         )
@@ -247,13 +292,16 @@ def main(cfg) -> None:
     timed = [k for k in (rounds[0] if rounds else {}) if k.endswith("_ms")]
     keep = ("prompt", "system")
     untimed = [{k: v for k, v in r.items() if k not in timed} for r in rounds]
-    write_rounds(out_dir / "rounds.jsonl", untimed)
-    write_rounds(out_dir / "round_ms.jsonl", [{k: r[k] for k in (*keep, *timed)} for r in rounds])
     recipe = token_recipe(cfg, settings, summary["extend_row"]) | inputs_digest(cfg, task)
-    write_outputs(
-        out_dir / "outputs.jsonl", recipe, {s: [r["ids"] for r in measured[s]] for s in systems}
-    )
-    write_json(out_dir / "summary.json", summary | {"numerics": numerics_record(cfg)})
+    ids = {s: [r["ids"] for r in measured[s]] for s in systems}
+
+    def fill(tmp: Path) -> None:  # one set: a killed run leaves the old folder or the new
+        write_rounds(tmp / "rounds.jsonl", untimed)
+        write_rounds(tmp / "round_ms.jsonl", [{k: r[k] for k in (*keep, *timed)} for r in rounds])
+        write_outputs(tmp / "outputs.jsonl", recipe, ids)
+        write_json(tmp / "summary.json", summary | {"numerics": numerics_record(cfg)})
+
+    replace_dir(out_dir, fill, "out_dir", expect=FILES)
     g = summary["systems"]["glance"]
     log.info(
         "%s: tau %.2f, %.2fx [%.2f, %.2f] over greedy, %d/%d outputs equal -> %s",

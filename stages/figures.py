@@ -16,11 +16,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from stages.common import app, log, read_json, setup, write_json
+from stages.common import app, log, read_json, setup, write_set
 
 
 def _summaries(folder: Path, names, what: str) -> dict:
-    return {n: read_json(folder / str(n) / "summary.json", what) for n in names}
+    return {n: read_json(folder / str(n) / "summary.json", what, True) for n in names}
 
 
 @app
@@ -31,7 +31,6 @@ def main(cfg) -> None:
     import matplotlib.pyplot as plt
 
     from glance import report
-    from glance._io import atomic_write_text
 
     setup(cfg)
     results, figures = Path(cfg.paths.results), Path(cfg.paths.figures)
@@ -41,15 +40,16 @@ def main(cfg) -> None:
     report.law_panel(plt, law, meta["cap"], figures / "law.png", meta)
     report.tree_over_chain_panel(plt, summaries, cfg.budget, figures / "tree_vs_chain.png")
     context = {
-        int(n): read_json(results / "context" / f"ctx-{n}" / "summary.json", "run context first")
+        int(n): read_json(results / "context" / f"ctx-{n}" / "summary.json", "run context", True)
         for n in cfg.context_sweep.lengths
     }
     report.context_panel(plt, context, cfg.context_sweep.task, figures / "context.png")
     sweeps = {
-        t: read_json(results / "sweep" / t / "summary.json", "run sweep first") for t in cfg.tasks
+        t: read_json(results / "sweep" / t / "summary.json", "run sweep first", True)
+        for t in cfg.tasks
     }
     report.budget_panel(plt, sweeps, figures / "budget.png")
-    bench = read_json(results / "bench.json", "run bench first")
+    bench = read_json(results / "bench.json", "run bench first", nonnegative=True)
     report.cost_curves(plt, bench, figures, {"target": bench["target"], "timing": "see each axis"})
 
     table, main_md = report.main_table(summaries)
@@ -70,8 +70,7 @@ def main(cfg) -> None:
         "sampling_table": report.sampling_table(summaries),
     }
     for name, (data, markdown) in tables.items():
-        write_json(results / f"{name}.json", data)
-        atomic_write_text(results / f"{name}.md", markdown)
+        write_set(results, f"{name}.json", data, {f"{name}.md": markdown})
     log.info("figures in %s; main table:\n%s", figures, main_md)
 
 

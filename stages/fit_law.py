@@ -17,21 +17,13 @@ instead of numbers.
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
 
 from glance.results import read_rounds
-from stages.common import app, log, numerics_record, setup, write_json
-
-
-def read_prompts(path, system: str = "glance") -> np.ndarray:
-    """The prompt of each round of ``system``, in :func:`read_rounds`' order."""
-    with open(path, encoding="utf-8") as f:
-        records = (json.loads(line) for line in f)
-        return np.array([r["prompt"] for r in records if r["system"] == system])
+from stages.common import app, log, numerics_record, setup, write_set
 
 
 def fit(entropy, accepted, cap, prompts, *, resamples: int, seed: int) -> dict:
@@ -57,7 +49,7 @@ def fit(entropy, accepted, cap, prompts, *, resamples: int, seed: int) -> dict:
 
 @app
 def main(cfg) -> None:
-    from glance._io import atomic_write_text
+    from glance._io import check_set
 
     setup(cfg)
     results = Path(cfg.paths.results)
@@ -67,16 +59,15 @@ def main(cfg) -> None:
         folder = results / "decode" / name
         if not (folder / "rounds.jsonl").is_file():
             raise SystemExit(f"{folder / 'rounds.jsonl'}: missing; run the decode stage for {name}")
-        h, a, cap = read_rounds(folder / "rounds.jsonl")
-        prompts = read_prompts(folder / "rounds.jsonl")
+        try:  # every task asked, complete and finite, from one decode run's set
+            check_set(folder, names=("rounds.jsonl",))
+            h, a, cap, prompts = read_rounds(folder / "rounds.jsonl", prompts=True)
+        except ValueError as err:
+            raise SystemExit(str(err)) from None
         per_task[name] = fit(h, a, cap, prompts, **boot)
         columns.append((h, a, cap, np.char.add(f"{name}/", prompts.astype(str))))
     # Pooled, a prompt is a (task, prompt) pair: tasks number their prompts alike.
     pooled = fit(*(np.concatenate(c) for c in zip(*columns, strict=True)), **boot)
-    write_json(
-        results / "law.json",
-        {"pooled": pooled, "tasks": per_task, "numerics": numerics_record(cfg)},
-    )
     rows = ["task,entropy,accepted,fitted,count"]
     for name, law in [*per_task.items(), ("pooled", pooled)]:
         if "error" in law:
@@ -89,7 +80,9 @@ def main(cfg) -> None:
             strict=True,
         ):
             rows.append(f"{name},{h:.6g},{a:.6g},{f:.6g},{c}")
-    atomic_write_text(results / "law_deciles.csv", "\n".join(rows) + "\n")
+    deciles = "\n".join(rows) + "\n"
+    law = {"pooled": pooled, "tasks": per_task, "numerics": numerics_record(cfg)}
+    write_set(results, "law.json", law, {"law_deciles.csv": deciles})
     if "error" in pooled:
         log.warning("pooled law not fitted: %s", pooled["error"])
     else:

@@ -12,8 +12,10 @@ arrow file or ``save_to_disk`` folder, with ``prepare.split``,
 fills the mapping's one task, so ``tasks`` must name only that task. Every
 record must parse, its image must stay inside the folder and open with Pillow,
 its prompt must fit the target's positions with the task's ``max_new_tokens``,
-and each file needs ``n + 1`` records. On any failure the old data
-folder is left as it was.
+and each file needs ``n + 1`` records (only those are read and copied). On any
+failure the old data folder is left as it was; a folder GLANCE did not write
+(no ``.glance-output`` marker, and files other than task files) is never
+replaced.
 """
 
 from __future__ import annotations
@@ -23,11 +25,13 @@ from pathlib import Path
 from stages.common import app, log, setup, write_json
 
 
-def check_lengths(cfg, data: Path, names) -> str:
+def check_lengths(cfg, data: Path, names, shown=None) -> str:
     """Check that every record's prompt, rendered by the target's own processor
     (image and chat template included), leaves room for its task's
     ``max_new_tokens`` within the target's positions. Loads the processor and
     config only, never weights. Returns what was checked against, for the log.
+    Errors name the file as it is in ``shown`` (the source folder), not in the
+    temporary folder being filled.
 
     When the target is to be trained here (``target.retrain``) or its files
     cannot be reached, the check is left to the decode stage, which makes it
@@ -60,7 +64,7 @@ def check_lengths(cfg, data: Path, names) -> str:
         room = limit - int(task_by_name(name).max_new_tokens)
         path = data / f"{name}.jsonl"
         for number, record in numbered_records(path):
-            where = f"{path}:{number}: prompt"
+            where = f"{Path(shown or data) / path.name}:{number}: prompt"
             try:
                 ids, _ = prompt_inputs(processor, record, data)
             except Exception as err:  # the processor's own words, placed
@@ -124,7 +128,7 @@ def main(cfg) -> None:
                 "split": cfg.prepare.split or mapping.split,
                 "revision": cfg.prepare.revision,
             }
-            summary["lengths"] = check_lengths(cfg, tmp, cfg.tasks)
+            summary["lengths"] = check_lengths(cfg, tmp, cfg.tasks, shown=source)
         elif source == "toy":
             from glance.toy.tasks import WRITABLE, write_task
 
@@ -137,10 +141,17 @@ def main(cfg) -> None:
             from glance.tasks import copy_folder
 
             summary["tasks"] = copy_folder(Path(source), cfg.tasks, tmp, need)
-            summary["lengths"] = check_lengths(cfg, tmp, cfg.tasks)
+            summary["lengths"] = check_lengths(cfg, tmp, cfg.tasks, shown=source)
         write_json(tmp / "data.json", summary)
 
-    replace_dir(cfg.paths.data, fill)
+    names = [*cfg.tasks, str(cfg.bench.length_task)]
+    expect = {"data.json", *names, *(f"{t}.jsonl" for t in names)}
+    try:  # refuses a folder it did not write, before anything is read
+        replace_dir(cfg.paths.data, fill, "paths.data", expect=expect)
+    except ValueError as err:
+        if str(err).startswith("paths.data"):
+            raise SystemExit(str(err)) from None
+        raise
     log.info("prepared %s in %s", summary["tasks"], cfg.paths.data)
 
 

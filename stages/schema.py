@@ -23,6 +23,13 @@ from omegaconf.errors import OmegaConfBaseException
 #: ``budget`` nodes, and past this the verify pass is never worth its cost
 MAX_BUDGET = 4095
 TIMINGS = ("decode_only", "legacy")
+#: the fewest measured prompts a row may have: its speedup and tau intervals
+#: come from a paired bootstrap over prompts, which needs two
+MIN_PROMPTS = 2
+#: the most threads a stage accepts (a thread per core on the largest hosts)
+MAX_THREADS = 256
+#: seeds are numpy's and torch's: unsigned 32-bit
+MAX_SEED = 2**32 - 1
 
 
 @dataclass
@@ -266,8 +273,18 @@ def check_ranges(cfg: DictConfig) -> None:
     """The ranges the types cannot say (see the README's parameter notes)."""
     d = cfg.decode
     budget("budget", cfg.budget)
-    for key, low in (("branch_k", 1), ("n", 1), ("context", 0)):
+    for key, low in (("branch_k", 1), ("n", MIN_PROMPTS), ("context", 0)):
         integer(key, cfg[key], low)
+    integer("seed", cfg.seed, 0, MAX_SEED)
+    integer("prepare.seed", cfg.prepare.seed, 0, MAX_SEED)
+    for i, seed in enumerate(cfg.seed_check.seeds):
+        integer(f"seed_check.seeds[{i}]", seed, 0, MAX_SEED)
+    if not cfg.tasks:
+        _fail("tasks", list(cfg.tasks), "at least one task")
+    for key in ("tasks", "bench.tasks", "arms.tasks"):
+        for i, name in enumerate(OmegaConf.select(cfg, key) or ()):
+            if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_-]+", name):
+                _fail(f"{key}[{i}]", name, "a task name (letters, digits, _ or -)")
     integer("extend_budget", cfg.extend_budget, 0, MAX_BUDGET)
     if cfg.max_new_tokens is not None:
         integer("max_new_tokens", cfg.max_new_tokens, 1)
@@ -280,24 +297,31 @@ def check_ranges(cfg: DictConfig) -> None:
     integer("decode.top_k", d.top_k, 0)
     integer("decode.bootstrap", d.bootstrap, 1)
     integer("decode.extend_row", d.extend_row, 0, MAX_BUDGET)
-    integer("threads", cfg.threads, 0)
+    integer("threads", cfg.threads, 0, MAX_THREADS)
     numerics(cfg)
     integer("prepare.n", cfg.prepare.n, 1)
+    dataset = cfg.prepare.dataset
+    if dataset is not None and not re.fullmatch(r"[A-Za-z0-9_-]+", str(dataset)):
+        _fail(
+            "prepare.dataset", dataset, "a mapping name in conf/dataset/ (letters, digits, _ or -)"
+        )
     if cfg.prepare.limit is not None:
         integer("prepare.limit", cfg.prepare.limit, 1)
     integer("audit.n", cfg.audit.n, 1)
     for i, b in enumerate(cfg.sweep.budgets):
         budget(f"sweep.budgets[{i}]", b)
-    integer("sweep.n", cfg.sweep.n, 1)
+    integer("sweep.n", cfg.sweep.n, MIN_PROMPTS)
     for i, n in enumerate(cfg.context_sweep.lengths):
         integer(f"context_sweep.lengths[{i}]", n, 0)
-    integer("context_sweep.n", cfg.context_sweep.n, 1)
-    integer("seed_check.n", cfg.seed_check.n, 1)
-    for key in ("n", "length_n", "cost_n", "lookup_tokens"):
+    integer("context_sweep.n", cfg.context_sweep.n, MIN_PROMPTS)
+    integer("seed_check.n", cfg.seed_check.n, MIN_PROMPTS)
+    integer("bench.n", cfg.bench.n, MIN_PROMPTS)
+    for key in ("length_n", "cost_n", "lookup_tokens"):
         integer(f"bench.{key}", cfg.bench[key], 1)
     for i, n in enumerate(cfg.bench.lengths):
         integer(f"bench.lengths[{i}]", n, 1)
-    for key in ("n", "width", "depth"):
+    integer("arms.n", cfg.arms.n, MIN_PROMPTS)
+    for key in ("width", "depth"):
         integer(f"arms.{key}", cfg.arms[key], 1)
     integer("arms.budget", cfg.arms.budget, 1, MAX_BUDGET)
     for i, b in enumerate(cfg.arms.budgets):

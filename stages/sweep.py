@@ -33,26 +33,36 @@ from stages.common import (
     write_json,
 )
 
+#: the files the sweep writes to ``results/sweep/<task>``, as one set
+FILES = ("summary.json", "curve.csv")
+
 
 @app
 def main(cfg) -> None:
     import glance
-    from glance._io import atomic_write_text
+    from glance._io import check_replaceable, replace_dir
     from glance.metrics import drop_warmup
     from glance.results import system_summary
+    from stages.decode import check_positions
 
     setup(cfg)
     task = task_config(cfg)
     settings = decode_settings(cfg, task)  # before any model loads
     budgets = [budget("sweep.budgets", b) for b in cfg.sweep.budgets]
+    out = Path(cfg.paths.results) / "sweep" / task.name
+    try:
+        check_replaceable(out, "sweep output folder", expect=FILES)
+    except ValueError as err:
+        raise SystemExit(str(err)) from None
     records = task_records(cfg, task, int(cfg.sweep.n) + 1)
     target, processor = load_target(cfg)
     head = load_head(cfg, target)
     stops, max_new = stop_ids(processor, target), settings["max_new_tokens"]
+    inputs = [prompt_inputs(processor, r, cfg.paths.data) for r in records]
+    check_positions(cfg, settings, processor, [ids for ids, _ in inputs], f"sweep {task.name}")
     rows = {"ar": None, **{f"N={b}": b for b in budgets}, "auto": "auto"}
     runs, auto_sizes = {r: [] for r in rows}, []
-    for i, record in enumerate(records):
-        ids, positions = prompt_inputs(processor, record, cfg.paths.data)
+    for i, (ids, positions) in enumerate(inputs):
         kw = dict(
             positions=positions, stop_token_ids=stops, timing=settings["timing"], return_stats=True
         )
@@ -105,14 +115,17 @@ def main(cfg) -> None:
         "budgets": {str(b): summaries[f"N={b}"] for b in budgets},
         "auto": summaries["auto"] | {"mean_tree_size": sum(auto_sizes) / max(len(auto_sizes), 1)},
     }
-    out = Path(cfg.paths.results) / "sweep" / task.name
-    write_json(out / "summary.json", summary | {"numerics": numerics_record(cfg)})
     lines = ["budget,speedup,low,high,tau"]
     for b in budgets:
         x = summary["budgets"][str(b)]
         sp = x["speedup"]
         lines.append(f"{b},{sp['estimate']:.6g},{sp['low']:.6g},{sp['high']:.6g},{x['tau']:.6g}")
-    atomic_write_text(out / "curve.csv", "\n".join(lines) + "\n")
+
+    def fill(tmp: Path) -> None:  # one set, swapped in whole
+        write_json(tmp / "summary.json", summary | {"numerics": numerics_record(cfg)})
+        (tmp / "curve.csv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+    replace_dir(out, fill, "sweep output folder", expect=FILES)
 
 
 if __name__ == "__main__":

@@ -26,7 +26,14 @@ def describe(path, revision=None) -> dict:
     from glance._io import checkpoint_path
 
     source = checkpoint_path(path, "target.path")
-    config = AutoConfig.from_pretrained(str(source), revision=revision)
+    try:
+        config = AutoConfig.from_pretrained(str(source), revision=revision)
+    except (OSError, ValueError) as err:  # a folder that is no transformers checkpoint
+        raise SystemExit(
+            f"target.path {path}: not a model checkpoint transformers reads ({err})"
+        ) from None
+    if not hasattr(config, "get_text_config"):
+        raise SystemExit(f"target.path {path}: {type(config).__name__} is not a model config")
     text = config.get_text_config()
     return {
         "path": str(path),
@@ -69,44 +76,86 @@ def shipped_toy(t) -> Path:
 
 @app
 def main(cfg) -> None:
+    from glance._io import check_replaceable, replace_dir
+
     setup(cfg)
     out = Path(cfg.paths.target)
     t = cfg.target
-    if t.source == "toy":
-        from glance.toy.world import TargetSize, TrainConfig, evaluate_target, train_target
-        from glance.vl import load_target
-
-        train_log = None
-        if t.retrain:
-            train_log = train_target(
-                out, TrainConfig(**plain(t.train)), TargetSize(**plain(t.size))
-            )
-            path = out
-        else:
-            path = shipped_toy(t)
-            out.mkdir(parents=True, exist_ok=True)
-        model, processor = load_target(path, dtype=_dtype(cfg))
-        quality = evaluate_target(model, processor, cfg.paths.data, n=int(t.heldout))
-        info = describe(path) | {
-            "sha256": sha256(Path(path) / "model.safetensors"),
-            "retrained": bool(t.retrain),
-            "heldout": quality,
-        }
-        if train_log is not None:
-            info["train"] = write_timing(cfg, "target", train_log)
-    elif t.source == "pretrained":
-        if not t.path:
-            raise SystemExit("target.path: give a hub name or a local checkpoint folder")
-        info = describe(t.path, t.revision)
-        out.mkdir(parents=True, exist_ok=True)
-    else:
+    if t.source not in ("toy", "pretrained"):
         raise SystemExit(f"target.source: expected toy or pretrained; got {t.source!r}")
-    info |= {"name": t.name, "source": t.source, "dtype": str(cfg.dtype)}
-    if "train" not in info:
-        write_timing(cfg, "target", {})  # nothing trained, nothing timed
-    info["numerics"] = numerics_record(cfg)
-    write_json(out / "target.json", info)
-    log.info("target %s: %s, %d layers", t.name, info["architecture"], info["layers"])
+    if t.source == "pretrained" and not t.path:
+        raise SystemExit("target.path: give a hub name or a local checkpoint folder")
+    try:  # before any work: never replace a folder GLANCE did not write
+        check_replaceable(out, "paths.target", expect=FILES)
+    except ValueError as err:
+        raise SystemExit(str(err)) from None
+    if t.source == "pretrained" or not t.retrain:
+        source = t.path if t.source == "pretrained" else shipped_toy(t)
+        if Path(str(source)).resolve() == out.resolve():
+            raise SystemExit(f"paths.target {out}: is target.path itself; give it its own folder")
+        vision_language(describe(source, t.get("revision")), source)
+
+    def fill(tmp: Path) -> None:  # the record (and a retrained target), swapped in as one set
+        if t.source == "toy":
+            from glance.toy.world import TargetSize, TrainConfig, evaluate_target, train_target
+            from glance.vl import load_target
+
+            train_log = None
+            if t.retrain:
+                config = TrainConfig(**plain(t.train))
+                train_log = train_target(tmp, config, TargetSize(**plain(t.size)))
+                load_from, path = tmp, out
+            else:
+                load_from = path = shipped_toy(t)
+            model, processor = load_target(load_from, dtype=_dtype(cfg))
+            quality = evaluate_target(model, processor, cfg.paths.data, n=int(t.heldout))
+            info = describe(load_from) | {
+                "path": str(path),
+                "sha256": sha256(Path(load_from) / "model.safetensors"),
+                "retrained": bool(t.retrain),
+                "heldout": quality,
+            }
+            if train_log is not None:
+                info["train"] = write_timing(cfg, "target", train_log)
+        else:
+            info = describe(t.path, t.revision)
+        info |= {"name": t.name, "source": t.source, "dtype": str(cfg.dtype)}
+        if "train" not in info:
+            write_timing(cfg, "target", {})  # nothing trained, nothing timed
+        info["numerics"] = numerics_record(cfg)
+        write_json(tmp / "target.json", info)
+        log.info("target %s: %s, %d layers", t.name, info["architecture"], info["layers"])
+
+    replace_dir(out, fill, "paths.target", expect=FILES)
+
+
+#: what the target stage writes to ``paths.target``: its record, and a retrained
+#: toy target's files
+FILES = (
+    "target.json",
+    "config.json",
+    "generation_config.json",
+    "model.safetensors",
+    "train_log.json",
+    "processor_config.json",
+    "preprocessor_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "chat_template.jinja",
+    "chat_template.json",
+)
+
+
+def vision_language(info: dict, source) -> None:
+    """Exit naming ``source`` when its config has no vision tower: GLANCE's
+    targets are vision-language models (a head folder or a text-only model
+    would otherwise be recorded as the target)."""
+    if not info["vision"]:
+        raise SystemExit(
+            f"target.path {source}: {info['architecture']} ({info['model_type']}) has no "
+            "vision_config; expected a vision-language checkpoint such as Qwen3-VL"
+        )
 
 
 def _dtype(cfg):

@@ -161,7 +161,10 @@ def test_prepare_copies_exactly_or_refuses_naming_the_line(task, extra):
             event("refused")
         else:
             event("accepted")
-            assert (out / "docvqa.jsonl").read_bytes() == (source / "docvqa.jsonl").read_bytes()
+            # the records used (need=1: the first), copied byte for byte up to that line
+            copied = (out / "docvqa.jsonl").read_bytes()
+            assert (source / "docvqa.jsonl").read_bytes().startswith(copied)
+            assert len(read_task(out / "docvqa.jsonl")) == 1
             for r in read_task(out / "docvqa.jsonl"):
                 # read from inside the source folder only, written inside the output only
                 assert source.resolve() in (source / r["image"]).resolve().parents

@@ -126,7 +126,7 @@ def test_audit_verdicts():
 @pytest.mark.slow
 def test_target_ships_checked_and_retrains_only_when_asked(tmp_path):
     data, out = tmp_path / "data", tmp_path / "target"
-    run("-m", "stages.prepare", "prepare.n=2", "n=1", f"paths.data={data}")
+    run("-m", "stages.prepare", "prepare.n=3", "n=2", f"paths.data={data}")
     shipped = run(
         "-m", "stages.target", "target.heldout=1", f"paths.data={data}", f"paths.target={out}"
     )
@@ -170,7 +170,7 @@ def _page(path):
     render(["abc"]).save(path, format="PNG")
 
 
-def _source(folder, records=2):
+def _source(folder, records=3):
     """A good prepare.source folder: ``records`` records per task, one page image."""
     folder.mkdir(parents=True, exist_ok=True)
     _page(folder / "a.png")
@@ -191,7 +191,7 @@ def test_prepare_never_reads_or_writes_outside_its_folders(tmp_path, image):
     _page(tmp_path / "outside.png")
     (tmp_path / "README.md").write_text("keep me")
     (source / "link.png").symlink_to(tmp_path / "outside.png")  # points out of the folder
-    (source / "docvqa.jsonl").write_text((json.dumps({"image": image, "prompt": "q"}) + "\n") * 2)
+    (source / "docvqa.jsonl").write_text((json.dumps({"image": image, "prompt": "q"}) + "\n") * 3)
     out = tmp_path / "deep" / "data"
     before = _snapshot(tmp_path)
     system = Path("/etc/passwd").read_bytes()
@@ -200,7 +200,7 @@ def test_prepare_never_reads_or_writes_outside_its_folders(tmp_path, image):
         "stages.prepare",
         f"prepare.source={source}",
         f"paths.data={out}",
-        "n=1",
+        "n=2",
         check=False,
     )
     assert proc.returncode != 0
@@ -228,7 +228,7 @@ def test_prepare_refuses_images_that_do_not_open(tmp_path, break_it, message):
     break_it(source)
     good = json.dumps({"image": "a.png", "prompt": "q"})
     (source / "docvqa.jsonl").write_text(
-        good + "\n" + json.dumps({"image": "b.png", "prompt": "q"}) + "\n"
+        good + "\n" + json.dumps({"image": "b.png", "prompt": "q"}) + "\n" + good + "\n"
     )
     _refused(tmp_path, source, message)
 
@@ -253,7 +253,8 @@ def test_prepare_refuses_images_that_do_not_open(tmp_path, break_it, message):
 )
 def test_prepare_refuses_bad_records_and_keeps_the_old_data(tmp_path, line, message):
     source = _source(tmp_path / "src")
-    (source / "docvqa.jsonl").write_text('{"image": "a.png", "prompt": "q"}\n' + line + "\n")
+    good = '{"image": "a.png", "prompt": "q"}\n'
+    (source / "docvqa.jsonl").write_text(good + line + "\n" + good)
     stderr = _refused(tmp_path, source, message)
     if "2100" in line:
         assert "exceeds the target's 2048 positions" in stderr
@@ -280,13 +281,13 @@ def test_prepare_needs_one_more_record_than_decode_n(tmp_path):
     assert proc.returncode != 0 and "prepare.n: expected at least n + 1 = 4" in proc.stderr
 
 
-def _refused(tmp_path, source, message, n=1, tasks=None):
+def _refused(tmp_path, source, message, n=2, tasks=None):
     """Run prepare from ``source`` over a good data folder: it must fail with
     ``message`` and leave the old folder byte-identical."""
     out = tmp_path / "data"
     if not out.exists():
         good = _source(tmp_path / "good")
-        run("-m", "stages.prepare", f"prepare.source={good}", f"paths.data={out}", "n=1")
+        run("-m", "stages.prepare", f"prepare.source={good}", f"paths.data={out}", "n=2")
     before = _snapshot(out)
     args = [f"tasks={tasks}"] if tasks else []
     proc = run(
