@@ -225,9 +225,16 @@ def read_json(path, what: str, nonnegative: bool = False) -> dict:
     def refuse(constant):
         raise ValueError(f"{path}: {constant} is not a number JSON allows; expected a finite value")
 
+    def finite(text):
+        value = float(text)
+        if not np.isfinite(value):
+            refuse(text)
+        return value
+
     try:
-        data = json.loads(path.read_text(encoding="utf-8"), parse_constant=refuse)
-    except json.JSONDecodeError as err:
+        text = path.read_text(encoding="utf-8")
+        data = json.loads(text, parse_constant=refuse, parse_float=finite)
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as err:
         raise ValueError(f"{path}: not JSON ({err})") from err
     if nonnegative:
         bad = _negative(data)
@@ -451,18 +458,34 @@ def write_outputs(path, recipe: dict, ids: dict) -> None:
 def read_outputs(path, recipe: dict) -> dict:
     """``{(row, prompt): ids}`` from an ``outputs.jsonl`` written under
     ``recipe``; empty when the file is missing or its recipe differs."""
+    from glance._io import check_set
+
     path = Path(path)
     if not path.is_file():
         return {}
+    try:  # one decode run's set, not a file left beside another run's
+        check_set(path.parent, names=(path.name,))
+    except ValueError as err:
+        raise SystemExit(str(err)) from None
     with path.open(encoding="utf-8") as f:
-        head = json.loads(f.readline() or "{}")
+        try:
+            head = json.loads(f.readline() or "{}")
+        except ValueError as err:
+            raise SystemExit(f"{path}, line 1: not a recipe record ({err})") from None
+        if not isinstance(head, dict):
+            raise SystemExit(f"{path}, line 1: expected a recipe record; got {head!r:.60}")
         if head.get("recipe") != recipe:
             return {}
         found = {}
         for number, line in enumerate(f, 2):
             try:
                 r = json.loads(line)
-                found[(r["row"], int(r["prompt"]))] = [int(t) for t in r["ids"]]
+                ids = r["ids"]
+                if not isinstance(ids, list) or any(
+                    isinstance(t, bool) or not isinstance(t, int) or t < 0 for t in ids
+                ):
+                    raise ValueError(f"ids: expected a list of token ids >= 0; got {ids!r:.60}")
+                found[(str(r["row"]), int(r["prompt"]))] = ids
             except (ValueError, KeyError, TypeError) as err:
                 raise SystemExit(f"{path}, line {number}: not a row record ({err})") from None
     return found

@@ -82,8 +82,14 @@ def law_table(law: dict) -> str:
 
 
 def blocks(results: Path) -> dict[str, str]:
-    """Each marked block's text, from the files in ``results``."""
+    """Each marked block's text, from the files in ``results``; each Markdown
+    table is checked against the SHA-256 its JSON recorded (one run's set)."""
+    from glance._io import check_siblings
+
     read = lambda name: (results / name).read_text(encoding="utf-8")  # noqa: E731
+    for name in ("bench", "law", "arms", "regime_table", "seeds_table", "main_table"):
+        data = json.loads(read(f"{name}.json"))
+        check_siblings(results, data.get("files", {}), str(results / f"{name}.json"))
     return {
         "bench": speed_table(json.loads(read("bench.json")), read("bench.md")),
         "regime": read("regime_table.md"),

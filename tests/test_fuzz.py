@@ -1,4 +1,5 @@
-"""Property-based tests of the task-file reader and of prepare's copy.
+"""Property-based tests of the task-file reader, of prepare's copy, and of the
+readers of the stages' outputs (rounds, summaries, decoded ids).
 
 Random JSONL lines and records are either accepted, and then round-trip, or
 refused with a ``ValueError`` or ``FileNotFoundError`` that names the file and
@@ -12,6 +13,7 @@ import re
 import tempfile
 from pathlib import Path
 
+import numpy as np
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
@@ -172,3 +174,93 @@ def test_prepare_copies_exactly_or_refuses_naming_the_line(task, extra):
                 assert out.resolve() in copied.parents
                 assert copied.read_bytes() == (source / r["image"]).resolve().read_bytes()
         assert _snapshot(root, out) == before  # nothing outside the output changed
+
+
+# --- the stage outputs' readers -------------------------------------------------
+
+READERS = settings(
+    max_examples=200,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+numbers = (
+    st.integers(-3, 40)
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.booleans()
+    | st.none()
+    | st.text(max_size=3)
+)
+rounds = st.fixed_dictionaries(
+    {},
+    optional={
+        "prompt": numbers,
+        "system": st.sampled_from(["glance", "chain", 3]),
+        "entropy": numbers,
+        "accepted": numbers,
+        "cap": numbers,
+    },
+)
+
+
+def _line_named(message: str, path: Path, lines: int) -> bool:
+    m = re.match(rf"{re.escape(str(path))}:(\d+): ", message)
+    return bool(m) and 1 <= int(m.group(1)) <= lines or message.startswith(f"{path}: no round")
+
+
+@READERS
+@given(st.lists(rounds | values, min_size=0, max_size=5))
+def test_read_rounds_returns_valid_rounds_or_names_the_line(records):
+    from glance.results import read_rounds
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "rounds.jsonl"
+        path.write_text("".join(json.dumps(r) + "\n" for r in records))
+        try:
+            h, a, cap, prompt = read_rounds(path, prompts=True)
+        except ValueError as err:
+            assert _line_named(str(err), path, len(records)), str(err)
+            event("refused")
+            return
+        event("accepted")
+        assert len(h) > 0 and np.isfinite(h).all() and (h >= 0).all()
+        assert (a >= 0).all() and (cap >= 1).all() and (a <= cap).all() and (prompt >= 0).all()
+
+
+@READERS
+@given(values, st.sampled_from(["NaN", "Infinity", "-Infinity", "1e999", ""]))
+def test_read_json_returns_finite_nonnegative_data_or_names_the_file(value, extra):
+    from stages.common import read_json
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "summary.json"
+        text = json.dumps({"x": value, "y": extra and f"@{extra}@"}).replace(
+            f'"@{extra}@"', extra or '""'
+        )
+        path.write_text(text)
+        try:
+            data = read_json(path, "", nonnegative=True)
+        except ValueError as err:
+            assert str(err).startswith(f"{path}: "), str(err)
+            event("refused")
+            return
+        event("accepted")
+        assert json.loads(json.dumps(data, allow_nan=False)) == data  # finite, plain JSON
+
+
+@READERS
+@given(st.lists(values, max_size=4))
+def test_read_outputs_returns_token_lists_or_names_the_line(lines):
+    from stages.common import read_outputs
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "outputs.jsonl"
+        recipe = {"budget": 63}
+        path.write_text("".join(json.dumps(x) + "\n" for x in [{"recipe": recipe}, *lines]))
+        try:
+            found = read_outputs(path, recipe)
+        except SystemExit as err:
+            assert str(err).startswith(f"{path}, line "), str(err)
+            return
+        for ids in found.values():
+            assert all(isinstance(t, int) and t >= 0 for t in ids)
