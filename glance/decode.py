@@ -51,6 +51,7 @@ from glance.tree import CandidateTree, accept_path, first_nodes, search_tree, tr
 from glance.vl import StreamPositions, VisionPositions, text_config
 
 __all__ = [
+    "MAX_BUDGET",
     "Cursor",
     "Options",
     "Round",
@@ -68,6 +69,12 @@ __all__ = [
 
 TIMINGS = ("decode_only", "legacy")
 GREEDY = Sampling()
+#: the ``input_ids`` dtypes a request accepts
+INPUT_DTYPES = (torch.int64, torch.int32)
+#: the largest ``budget`` and ``extend_budget`` a request accepts: a verify pass
+#: over ``N`` nodes allocates an ``(N+1) x (past+N+1)`` mask, and past this a
+#: pass is never worth its cost (the stages cap their configs at the same value)
+MAX_BUDGET = 4095
 
 
 @dataclass(frozen=True)
@@ -191,12 +198,14 @@ class _Entropies:
 def _check_request(target, input_ids, max_new_tokens, positions, timing):
     if not isinstance(input_ids, torch.Tensor):
         raise TypeError(f"input_ids must be a torch.Tensor; got {type(input_ids).__name__}")
-    if (
-        input_ids.dtype.is_floating_point
-        or input_ids.dtype.is_complex
-        or input_ids.dtype == torch.bool
-    ):
-        raise TypeError(f"input_ids must hold integer token ids; got dtype {input_ids.dtype}")
+    # Embedding lookups take int64 or int32 only, and the output appends new ids
+    # in the prompt's dtype: bool, uint8 and the other narrow types would pass
+    # the range check below and fail (or wrap) mid-decode.
+    if input_ids.dtype not in INPUT_DTYPES:
+        raise TypeError(
+            f"input_ids must hold integer token ids; got dtype {input_ids.dtype} "
+            "(expected torch.int64 or torch.int32)"
+        )
     if input_ids.ndim != 2:
         raise ValueError(f"input_ids must have shape (1, n); got {tuple(input_ids.shape)}")
     if input_ids.shape[0] != 1:
@@ -341,9 +350,16 @@ def walk(tree: CandidateTree, logits: torch.Tensor, sampling: Sampling, uniforms
     return path, int(choice[path[-1] + 1 if len(path) else 0])
 
 
-def _count(name: str, value, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < low:
-        raise ValueError(f"{name} must be an int >= {low}; got {value!r}")
+def _count(name: str, value, low: int, high: int | None = None) -> int:
+    """``value`` as an int, checked to be an integer in ``[low, high]``."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | np.integer)
+        or value < low
+        or (high is not None and value > high)
+    ):
+        bounds = f">= {low}" if high is None else f"in [{low}, {high}]"
+        raise ValueError(f"{name} must be an int {bounds}; got {value!r}")
     return int(value)
 
 
@@ -352,14 +368,15 @@ class Options:
     """How one request decodes (checked on creation).
 
     ``max_new_tokens``: exact cap on new tokens, ``>= 1``. ``budget``: tree
-    nodes verified per round besides the root, ``>= 1``, or ``"auto"``.
+    nodes verified per round besides the root, ``1..MAX_BUDGET`` (4095), or
+    ``"auto"``.
     ``stop_token_ids``: the output ends right after the first of these.
     ``timing``: ``"decode_only"`` or ``"legacy"``. ``sampling``: greedy, or
     temperature with top-k and top-p. ``extend_budget``: 0 (off) or up to this
-    many nodes past the block per round. ``return_stats``: also return
-    :class:`Stats`. ``accept``: ``"exact"`` (the lossless walk, the default)
-    or, by name only, one of the LOSSY rules of ``glance.relaxed.RULES``
-    (greedy only), whose output is not the target's.
+    many nodes past the block per round, at most ``MAX_BUDGET``.
+    ``return_stats``: also return :class:`Stats`. ``accept``: ``"exact"`` (the
+    lossless walk, the default) or, by name only, one of the LOSSY rules of
+    ``glance.relaxed.RULES`` (greedy only), whose output is not the target's.
     """
 
     max_new_tokens: int
@@ -376,14 +393,16 @@ class Options:
             raise ValueError(f"max_new_tokens must be an int >= 1; got {self.max_new_tokens!r}")
         if self.max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1; got {self.max_new_tokens}")
+        # Both caps are checked here, before any tree or mask is allocated.
         if self.budget != "auto":
             try:
-                _count("budget", self.budget, 1)
+                _count("budget", self.budget, 1, MAX_BUDGET)
             except ValueError:
                 raise ValueError(
-                    f'budget must be an int >= 1 or "auto"; got {self.budget!r}'
+                    f'budget must be an int in [1, {MAX_BUDGET}] (MAX_BUDGET) or "auto"; '
+                    f"got {self.budget!r}"
                 ) from None
-        _count("extend_budget", self.extend_budget, 0)
+        _count("extend_budget", self.extend_budget, 0, MAX_BUDGET)
         if self.timing not in TIMINGS:
             raise ValueError(f"timing must be one of {TIMINGS}; got {self.timing!r}")
         if self.accept != "exact":
@@ -741,9 +760,11 @@ def generate(
             :class:`~glance.drafter.Drafter` or `~glance.drafter.TreeDrafter`
             (then ``branch_k`` is its own).
         target: the frozen target model.
-        input_ids: ``(1, n)`` prompt ids.
+        input_ids: ``(1, n)`` prompt ids, ``torch.int64`` or ``torch.int32``
+            (any other dtype raises ``TypeError``).
         max_new_tokens: exact cap on new tokens, ``>= 1``.
-        budget: tree nodes verified per round (besides the root), ``>= 1``; or
+        budget: tree nodes verified per round (besides the root), ``1..MAX_BUDGET``
+            (4095; larger raises ``ValueError`` before anything is allocated); or
             ``"auto"``: each round picks its size from the target's measured
             verify cost and the draft's expected gain (``glance.budget``).
         branch_k: candidates per block offset, ``>= 1``.
@@ -760,10 +781,11 @@ def generate(
             device); ``None`` uses torch's global one. Output token ``i`` uses
             the ``i``-th uniform of this stream in every decoder, so a seed
             gives the same text here as in :func:`greedy_generate`.
-        extend_budget: ``0`` (off) or up to this many extra nodes per round,
-            drafted past the block by a second head pass with the head's own
-            argmax spine revealed, and hung off the spine's leaf. Needs a head
-            trained with a variable mask span (``HeadConfig.mask_span``).
+        extend_budget: ``0`` (off) or up to this many extra nodes per round
+            (at most ``MAX_BUDGET``), drafted past the block by a second head
+            pass with the head's own argmax spine revealed, and hung off the
+            spine's leaf. Needs a head trained with a variable mask span
+            (``HeadConfig.mask_span``).
         costs: a :class:`~glance.budget.VerifyCosts` book that keeps
             ``budget="auto"``'s measured verify costs across calls; without it
             each call measures them again.

@@ -234,11 +234,17 @@ def check_eagle_fits(head: EagleHead, target) -> None:
 def load_eagle_head(path, target=None, dtype=None, allow_pickle: bool = False) -> EagleHead:
     """Load an :class:`EagleHead` strictly (safetensors, no missing or
     unexpected weights); with ``target``, check it fits and match its dtype
-    and device."""
+    and device. A damaged checkpoint raises ``ValueError`` naming the file
+    and the field or tensor: a truncated or foreign safetensors file, a
+    non-floating ``dtype`` in ``config.json``, integer tensors, or NaN or
+    infinite weights."""
     from glance._io import load_strict
+    from glance._weights import check_checkpoint, check_finite
 
     dtype = dtype or (target.dtype if target is not None else torch.float32)
+    check_checkpoint(path, "eagle head")
     head = load_strict(EagleHead, path, "eagle head", allow_pickle=allow_pickle, dtype=dtype)
+    check_finite(head.state_dict().items(), path, "eagle head")
     if target is not None:
         check_eagle_fits(head, target)
         head = head.to(target.device)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import torch
 
+from glance._weights import check_config_dtype
 from glance.vl import text_config
 
 __all__ = [
@@ -137,6 +138,31 @@ def _local_config(path) -> dict | None:
         raise ValueError(f"head {file}: not JSON ({err})") from err
 
 
+#: The block sizes a head may have. DFlash heads use 16 (its default; the
+#: tests' tiny heads 8); the drafted chain is ``block_size - 1`` deep and the
+#: head runs on ``block_size`` positions a round, so a size past 64 is a
+#: damaged config, not a design, and 1 drafts nothing.
+BLOCK_SIZES = (2, 64)
+
+
+def _check_block_size(data: dict, path, top_level_only: bool = False) -> None:
+    """Refuse a ``block_size`` that is not an integer in :data:`BLOCK_SIZES`,
+    naming ``config.json``, the key and the range; absent is dflash's default."""
+    inner = data.get("dflash_config")
+    if not top_level_only and isinstance(inner, dict) and "block_size" in inner:
+        key, value = "dflash_config.block_size", inner["block_size"]
+    elif "block_size" in data:
+        key, value = "block_size", data["block_size"]
+    else:
+        return
+    low, high = BLOCK_SIZES
+    where = f"head {path}/config.json"
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ValueError(f"{where}: {key} {value!r} must be an integer in [{low}, {high}]")
+    if not low <= value <= high:
+        raise ValueError(f"{where}: {key} {value} must be >= {low} and <= {high}")
+
+
 def _speculators_config(path, data: dict, target):
     """The ``Qwen3Config`` dflash builds a head from, for a vLLM ``speculators``
     DFlash checkpoint: the draft layers from ``transformer_layer_config``; the
@@ -155,6 +181,7 @@ def _speculators_config(path, data: dict, target):
     layer = data.get("transformer_layer_config")
     if not isinstance(layer, dict):
         raise ValueError(f"{where}: transformer_layer_config: expected the draft layers' config")
+    check_config_dtype(layer, f"{path}/config.json", "head", "transformer_layer_config.")
     for key in ("aux_hidden_state_layer_ids", "mask_token_id"):
         if data.get(key) is None:
             raise ValueError(f"{where}: missing {key}")
@@ -196,7 +223,7 @@ def _speculators_config(path, data: dict, target):
     config.dflash_config = {
         "target_layer_ids": [a - 1 for a in aux],
         "mask_token_id": int(data["mask_token_id"]),
-        "block_size": int(data.get("block_size", 8)),
+        "block_size": int(data.get("block_size", 8)),  # checked by _check_block_size
     }
     if data.get("sliding_window_non_causal"):
         config.is_causal = False
@@ -245,16 +272,24 @@ def load_block_head(path, target=None, dtype=None, device=None, allow_pickle: bo
     ``dtype`` and ``device`` to the target's. Returns the head in eval mode with
     gradients off. Loading is strict: a missing folder fails at once, pickle
     weights are refused unless ``allow_pickle``, and missing or unexpected
-    weights raise ``ValueError`` naming them.
+    weights raise ``ValueError`` naming them. So does a damaged checkpoint,
+    naming the file and the field or tensor: a truncated or foreign
+    safetensors file, a non-floating ``dtype`` in ``config.json``, a
+    ``block_size`` outside :data:`BLOCK_SIZES`, integer tensors, or NaN or
+    infinite weights.
     """
     from dflash import DFlashDraftModel
 
     from glance._io import load_strict
+    from glance._weights import check_checkpoint, check_finite
 
     if target is not None:
         dtype = dtype or target.dtype
         device = device or target.device
+    check_checkpoint(path, "head")
     data = _local_config(path)
+    if data is not None:
+        _check_block_size(data, path, top_level_only="speculators_model_type" in data)
     if data is not None and "speculators_model_type" in data:
         config = _speculators_config(path, data, target)
         state = _speculators_weights(path, config)
@@ -284,6 +319,7 @@ def load_block_head(path, target=None, dtype=None, device=None, allow_pickle: bo
         )
     if device is not None:
         head = head.to(device)
+    check_finite(head.state_dict().items(), path, "head")  # on the device: faster there
     if target is not None:
         check_head_fits(head, target)
     return head.eval().requires_grad_(False)

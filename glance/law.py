@@ -24,7 +24,7 @@ import inspect
 import json
 import math
 import warnings
-from dataclasses import asdict, dataclass, fields
+from dataclasses import MISSING, asdict, dataclass, fields
 
 import numpy as np
 from scipy import optimize, special, stats
@@ -118,7 +118,13 @@ class DraftabilityLaw:
         ceiling_blocks: constant pieces in the ceiling's fit, summed over caps;
             its in-sample optimism grows with this count.
         entropy_constant, accepted_constant: whether either input had no spread.
-        converged: whether the optimiser reported success.
+        converged: whether the maximum-likelihood fit exists and the optimiser
+            reached it with finite coefficients. It does not exist when the
+            rounds are (quasi-)completely separated (see :func:`_separation`):
+            the likelihood then keeps rising as ``b0`` or ``b1`` runs off to
+            infinity, and the reported ``(b0, b1)`` are only where the optimiser
+            stopped.
+        reason: why ``converged`` is false (``""`` when it is true).
     """
 
     b0: float
@@ -140,6 +146,7 @@ class DraftabilityLaw:
     entropy_constant: bool
     accepted_constant: bool
     converged: bool
+    reason: str = ""  # a later field: results written before it read as ""
 
     @classmethod
     def fit(cls, entropy, accepted, cap=None) -> DraftabilityLaw:
@@ -166,8 +173,17 @@ class DraftabilityLaw:
         theta, converged = _mle(x, a, trials)
         b1 = float(theta[1] / h_scale)
         b0 = float(theta[0] + b1 * h_mean)
+        # The optimiser stops at a small gradient, which a divergent fit also
+        # reaches: its success alone says nothing when no maximum exists.
+        reason = _separation(h, a, trials)
+        if not reason and not (math.isfinite(b0) and math.isfinite(b1)):
+            reason = f"non-finite coefficients b0={b0}, b1={b1}"
+        if not reason and not converged:
+            reason = "the optimiser stopped before reaching the maximum likelihood"
+        converged = not reason
 
-        fitted = _expected(b0 - b1 * h, c)
+        with np.errstate(over="ignore", invalid="ignore"):  # a runaway fit: NaN, as such
+            fitted = _expected(b0 - b1 * h, c)
         deciles = rank_bins(h, 10)
         count = np.bincount(deciles, minlength=10)
         present = count > 0
@@ -207,6 +223,7 @@ class DraftabilityLaw:
             entropy_constant=bool(np.ptp(h) == 0),
             accepted_constant=bool(np.ptp(a) == 0),
             converged=converged,
+            reason=reason,
         )
 
     def p(self, entropy) -> np.ndarray:
@@ -239,8 +256,9 @@ class DraftabilityLaw:
             ``rank_negative``: Spearman's rho < 0 with p < ``alpha``.
             ``fit_clears``: ``r2_decile >= decile_r2``, or ``r2_round >=
             ceiling_share * r2_ceiling`` with a positive ceiling.
-            ``non_degenerate``: finite coefficients, at least ``min_rounds``
-            rounds, and neither entropy nor accepted length constant.
+            ``non_degenerate``: a converged fit (``converged``: not separated)
+            with finite coefficients, at least ``min_rounds`` rounds, and
+            neither entropy nor accepted length constant.
 
         The signs are the law's claim itself. The thresholds are the project's
         own choices, fixed before the measurements and derived from no theory;
@@ -261,7 +279,8 @@ class DraftabilityLaw:
                 or (self.r2_ceiling > 0 and self.r2_round >= ceiling_share * self.r2_ceiling)
             ),
             "non_degenerate": bool(
-                math.isfinite(self.b0)
+                self.converged
+                and math.isfinite(self.b0)
                 and math.isfinite(self.b1)
                 and self.n >= min_rounds
                 and not self.entropy_constant
@@ -282,10 +301,13 @@ class DraftabilityLaw:
 
     @classmethod
     def from_dict(cls, data: dict) -> DraftabilityLaw:
-        """Inverse of :meth:`to_dict`; a missing field raises ``ValueError``."""
+        """Inverse of :meth:`to_dict`; a missing field raises ``ValueError``,
+        except one with a default (``reason``), which takes it."""
         values = {}
         for f in fields(cls):
             if f.name not in data:
+                if f.default is not MISSING:
+                    continue
                 raise ValueError(f"DraftabilityLaw: field {f.name!r} is missing")
             value = data[f.name]
             if isinstance(value, list):
@@ -404,6 +426,38 @@ def _standardise(h: np.ndarray) -> tuple[np.ndarray, float, float]:
     # Centred and scaled entropy keeps the optimiser well conditioned.
     mean, scale = float(h.mean()), float(h.std()) or 1.0
     return (h - mean) / scale, mean, scale
+
+
+def _separation(h: np.ndarray, a: np.ndarray, trials: np.ndarray) -> str:
+    """Why the maximum-likelihood ``(b0, b1)`` does not exist, or ``""`` when it does.
+
+    Each round is ``a`` accepted trials (successes) and ``trials - a``
+    rejections (failures) at its entropy. With one covariate and an intercept,
+    the maximum is finite unless the two are (quasi-)completely separated: no
+    success or no failure at all (``b0`` runs off to -inf or +inf), or every
+    success at an entropy at or below every failure's (``b1`` runs off to +inf),
+    or at or above it (``b1`` to -inf). Constant entropy is not separation: it
+    leaves ``b1`` unidentified, which ``entropy_constant`` reports.
+    """
+    success, failure = a > 0, trials > a
+    if not success.any():
+        return "separation: no round accepted a token, so b0 runs off to -inf"
+    if not failure.any():
+        return "separation: every round reached its cap, so b0 runs off to +inf"
+    if np.ptp(h) == 0:
+        return ""
+    low, high = h[success], h[failure]
+    if low.max() <= high.min():
+        return (
+            f"separation: every accepted token is at entropy <= {low.max():g} and every "
+            f"rejection at entropy >= {high.min():g}, so b1 runs off to +inf"
+        )
+    if low.min() >= high.max():
+        return (
+            f"separation: every accepted token is at entropy >= {low.min():g} and every "
+            f"rejection at entropy <= {high.max():g}, so b1 runs off to -inf"
+        )
+    return ""
 
 
 def _mle(x: np.ndarray, a: np.ndarray, trials: np.ndarray) -> tuple[np.ndarray, bool]:

@@ -93,6 +93,9 @@ class CandidateTree(Sequence):
         return f"CandidateTree(size={len(self)}, depth={depth})"
 
 
+_INT64_MAX = np.iinfo(np.int64).max
+
+
 def _is_count(x) -> bool:
     return isinstance(x, (int, np.integer)) and not isinstance(x, bool)
 
@@ -103,7 +106,8 @@ def build_budget_tree(
     """Return the ``budget`` best candidate paths of one block draft.
 
     Args:
-        top_ids: ``(D, k)`` integer token ids, row ``d`` for block offset ``d + 1``.
+        top_ids: ``(D, k)`` integer token ids in ``[0, 2**63)``, row ``d`` for
+            block offset ``d + 1``, distinct within a row.
         top_logprobs: ``(D, k)`` their log-probabilities, in ``[-inf, 0]``. Rows
             sorted in descending order (as ``torch.topk`` gives) take a fast path;
             other rows are sorted here, stably.
@@ -125,7 +129,10 @@ def build_budget_tree(
     log-probs keep their input column order). ``-inf`` entries are legal and
     rank last, so they enter only when the budget exceeds the number of finite
     paths; the tree size never depends on them. ``D == 0`` gives an empty tree.
-    NaN, ``+inf`` or positive log-probs, and negative ids, raise ``ValueError``.
+    NaN, ``+inf`` or positive log-probs, negative ids, ids past int64's range
+    (from an unsigned array) and an id repeated within a row raise
+    ``ValueError``: a row is a top-k, whose ids ``torch.topk`` gives distinct,
+    and a repeat would make two siblings with one token.
     """
     ids = np.asarray(top_ids)
     lp = np.asarray(top_logprobs, dtype=np.float64)
@@ -137,6 +144,22 @@ def build_budget_tree(
         raise ValueError(f"top_ids must hold integer token ids; got dtype {ids.dtype}")
     if ids.size and ids.min() < 0:
         raise ValueError(f"top_ids must hold token ids >= 0; got {int(ids.min())}")
+    # Unsigned ids past int64's range would wrap to negative ids in the tree.
+    if ids.size and ids.dtype.kind == "u" and ids.max() > _INT64_MAX:
+        raise ValueError(
+            f"top_ids must hold token ids that fit in int64 (<= {_INT64_MAX}); got {int(ids.max())}"
+        )
+    if ids.shape[1] > 1:
+        # A top-k has distinct ids per offset; a repeat would become two sibling
+        # nodes with one token, spending budget twice on what the walk sees as one path.
+        ordered = np.sort(ids, axis=1)
+        repeats = np.argwhere(ordered[:, 1:] == ordered[:, :-1])
+        if repeats.size:
+            row, col = repeats[0]
+            raise ValueError(
+                "top_ids must hold distinct token ids in each row (a per-offset top-k); "
+                f"row {row} repeats id {int(ordered[row, col])}"
+            )
     if not _is_count(budget) or budget < 1:
         raise ValueError(f"budget must be an integer >= 1; got {budget!r}")
     depth_max, k = lp.shape

@@ -24,6 +24,7 @@ __all__ = [
     "StreamPositions",
     "VisionPositions",
     "chat_inputs",
+    "control_tokens",
     "positions_from",
     "stop_ids",
     "user_turn",
@@ -130,7 +131,23 @@ def positions_from(inputs):
 
 def chat_inputs(processor, text: str, image=None):
     """``(input_ids, positions)`` for one user turn (:func:`user_turn`) through
-    the processor's chat template, with the assistant's turn opened."""
+    the processor's chat template, with the assistant's turn opened.
+
+    ``text`` must be a ``str`` free of the tokenizer's special tokens (see
+    :func:`control_tokens`): tokenised, ``"<|im_start|>"`` in a question would
+    open a turn and ``"<|image_pad|>"`` would shift the image's positions, so
+    either raises ``ValueError`` naming the token. Added tokens that are not
+    special (e.g. Qwen's ``<tool_call>``) are left as they are.
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a str; got {type(text).__name__}")
+    found = [(text.find(t), -len(t), t) for t in control_tokens(processor) if t in text]
+    if found:
+        at, _, token = min(found)  # the first in the text; the longest there
+        raise ValueError(
+            f"text holds the special token {token!r} at character {at}; the chat template "
+            "would read it as a control token, so remove it from the prompt"
+        )
     inputs = processor.apply_chat_template(
         user_turn(text, image),
         add_generation_prompt=True,
@@ -139,6 +156,21 @@ def chat_inputs(processor, text: str, image=None):
         return_tensors="pt",
     )
     return inputs["input_ids"], positions_from(inputs)
+
+
+def control_tokens(processor) -> list[str]:
+    """The strings that tokenise to a special token of ``processor``'s tokenizer
+    (its ``all_special_tokens`` and its added tokens marked special), plus the
+    processor's own image and video placeholders, sorted."""
+    tok = getattr(processor, "tokenizer", processor)
+    tokens = set(getattr(tok, "all_special_tokens", None) or ())
+    added = getattr(tok, "added_tokens_decoder", None) or {}
+    tokens |= {getattr(t, "content", str(t)) for t in added.values() if getattr(t, "special", 0)}
+    for name in ("image_token", "video_token", "vision_start_token", "vision_end_token"):
+        value = getattr(processor, name, None)
+        if isinstance(value, str):
+            tokens.add(value)
+    return sorted(t for t in tokens if t)
 
 
 #: end-of-turn and end-of-text markers of the Qwen chat format
@@ -312,12 +344,25 @@ FILLER = "note the page below and answer from it. "
 
 def filler(n_tokens: int, tokenizer) -> str:
     """About ``n_tokens`` tokens of neutral preamble text (whole words of
-    :data:`FILLER`, repeated), the same for every prompt; empty for ``n <= 0``."""
+    :data:`FILLER`, repeated), the same for every prompt; empty for ``n <= 0``.
+    The text is the fewest words that tokenise to at least ``n_tokens``; the
+    count grows with each word, so the word count is found by doubling, then
+    bisection: about ``2 * log2(n)`` tokeniser calls, not one per word."""
     if n_tokens <= 0:
         return ""
     words = FILLER.split()
-    text, i = "", 0
-    while len(tokenizer(text)["input_ids"]) < n_tokens:
-        text += words[i % len(words)] + " "
-        i += 1
-    return text
+
+    def text(k: int) -> str:
+        return "".join(words[i % len(words)] + " " for i in range(k))
+
+    def enough(k: int) -> bool:
+        return len(tokenizer(text(k))["input_ids"]) >= n_tokens
+
+    high = 1
+    while not enough(high):
+        high *= 2
+    low = high // 2  # not enough at low (or low == 0), enough at high
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (low, mid) if enough(mid) else (mid, high)
+    return text(high)
