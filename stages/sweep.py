@@ -49,9 +49,9 @@ def main(cfg) -> None:
     task = task_config(cfg)
     settings = decode_settings(cfg, task)  # before any model loads
     budgets = [budget("sweep.budgets", b) for b in cfg.sweep.budgets]
-    out = Path(cfg.paths.results) / "sweep" / task.name
+    folder = Path(cfg.paths.results) / "sweep" / task.name
     try:
-        check_replaceable(out, "sweep output folder", expect=FILES)
+        check_replaceable(folder, "sweep output folder", expect=FILES)
     except ValueError as err:
         raise SystemExit(str(err)) from None
     records = task_records(cfg, task, int(cfg.sweep.n) + 1)
@@ -125,7 +125,7 @@ def main(cfg) -> None:
         write_json(tmp / "summary.json", summary | {"numerics": numerics_record(cfg)})
         (tmp / "curve.csv").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
-    replace_dir(out, fill, "sweep output folder", expect=FILES)
+    replace_dir(folder, fill, "sweep output folder", expect=FILES)
 
 
 if __name__ == "__main__":
