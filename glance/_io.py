@@ -274,12 +274,6 @@ def load_strict(cls, name_or_path, what: str, allow_pickle: bool = False, **kwar
     initialise the missing ones at random.
     """
     path = checkpoint_path(name_or_path, what)
-    if isinstance(path, Path):
-        from glance._weights import check_checkpoint
-
-        # config dtype and every safetensors header, named, before from_pretrained reads
-        # them; integer tensors stay allowed here (a quantized target holds them)
-        check_checkpoint(path, what, floating=False)
     if isinstance(path, Path) and not allow_pickle and not any(path.glob("*.safetensors")):
         pickles = sorted(p.name for pattern in _PICKLE_WEIGHTS for p in path.glob(pattern))
         found = f"pickle weights {pickles}" if pickles else "no weight files"

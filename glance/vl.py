@@ -220,6 +220,12 @@ def load_target(
     from glance._io import checkpoint_path, load_strict
 
     source = checkpoint_path(name_or_path, "target")
+    if isinstance(source, Path):
+        from glance._weights import check_checkpoint
+
+        # config dtype and every safetensors header, named, before transformers reads
+        # them; integer tensors stay allowed (a quantized target holds them)
+        check_checkpoint(source, "target", floating=False)
     hub = {"trust_remote_code": trust_remote_code, "revision": revision}
     config = tf.AutoConfig.from_pretrained(str(source), **hub)
     vision = hasattr(config, "vision_config")

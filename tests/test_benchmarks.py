@@ -17,6 +17,7 @@ import pytest
 datasets = pytest.importorskip("datasets")
 from PIL import Image  # noqa: E402
 
+from glance._io import MARKER, replace_dir  # noqa: E402
 from glance.benchmarks import Mapping, load_rows, write_task  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -193,15 +194,14 @@ def test_an_unreadable_image_names_its_row_and_nothing_is_written(tmp_path):
     data["image"][1] = {"bytes": b"not a png", "path": None}
     source = _save(datasets.Dataset.from_dict(data, features=features), tmp_path, "parquet")
     out = tmp_path / "data"
-    out.mkdir()
-    (out / "keep.txt").write_text("old")
+    replace_dir(out, lambda t: (t / "keep.txt").write_text("old"))  # an earlier prepare's
     proc = _prepare(
         "--config-name", "from_params", "prepare.dataset=docvqa", f"prepare.source={source}",
         "tasks=[docvqa]", "n=2", f"paths.data={out}", check=False,
     )  # fmt: skip
     assert proc.returncode != 0
     assert "row 1, column 'image': image cannot be read" in proc.stderr
-    assert sorted(p.name for p in out.iterdir()) == ["keep.txt"]  # the old folder, untouched
+    assert sorted(p.name for p in out.iterdir()) == [MARKER, "keep.txt"]  # the old folder
 
 
 def test_a_bad_mapping_or_task_list_is_refused_before_reading(tmp_path):
