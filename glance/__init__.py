@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import importlib
 
-from glance.law import DraftabilityLaw
-from glance.tree import build_budget_tree, children_of, tree_mask, tree_positions
+from glance.core.law import DraftabilityLaw
+from glance.core.tree import build_budget_tree, children_of, tree_mask, tree_positions
 
 __all__ = [
     "DraftabilityLaw",
@@ -27,10 +27,10 @@ __all__ = [
 # Name -> module that defines it; imported on first attribute access so that
 # `import glance` never pulls in torch.
 _LAZY = {
-    "generate": "glance.decode",
-    "greedy_generate": "glance.decode",
-    "chain_generate": "glance.decode",
-    "load_block_head": "glance.head",
+    "generate": "glance.decoding.loop",
+    "greedy_generate": "glance.decoding.loop",
+    "chain_generate": "glance.decoding.loop",
+    "load_block_head": "glance.heads.block",
 }
 
 

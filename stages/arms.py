@@ -14,16 +14,16 @@ Rows, on the same prompts in one process, interleaved prompt by prompt:
 * ``two_model``: a smaller toy VLM trained on the same tasks
   (``stages.assistant``) as a separate drafter model: it drafts a greedy chain
   of ``arms.depth`` tokens a round with its own cache, verified by GLANCE's
-  ``verify`` and ``walk`` (:class:`SmallModelDrafter`). ``transformers``'
-  assisted generation (``glance.arms.assisted``) would be the usual route,
-  but with a Qwen3-VL assistant in transformers 5.15 its cache grows by about
-  two entries a round against one token, until a round feeds the assistant
-  nothing and it fails;
+  ``verify`` and ``walk`` (:class:`glance.drafters.small.SmallModelDrafter`).
+  ``transformers``' assisted generation would be the usual route, but with a
+  Qwen3-VL assistant in transformers 5.15 its cache grows by about two entries
+  a round against one token, until a round feeds the assistant nothing and it
+  fails;
 * ``relaxed_<rule>`` for each of ``arms.rules``: GLANCE's tree walked with a
-  LOSSY rule of ``glance.relaxed``. These are marked lossy, and each output
+  LOSSY rule of ``glance.decoding.relaxed``. These are marked lossy, and each output
   that leaves greedy is explained: where it first did, the target's rank of
   the token the rule took there, and the logit gap to the target's argmax
-  (``glance.relaxed.first_divergence``).
+  (``glance.decoding.relaxed.first_divergence``).
 
 Then each head at each of ``arms.budgets`` on ``sweep.task``, for each
 system's own best budget.
@@ -47,11 +47,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from glance.arms import Models, Prompt, diverge, run_row, summarise
-from glance.vl import stop_ids
+from glance.experiments.arms import Models, Prompt, diverge, run_row, summarise
+from glance.experiments.gate import check_lossless
+from glance.targets.vl import stop_ids
 from stages.common import (
     app,
-    check_lossless,
     filler,
     load_head,
     load_target,
@@ -65,115 +65,14 @@ from stages.common import (
 )
 
 #: rows that go through GLANCE's verify and walk: any output that differs
-#: from greedy fails the stage (``stages.common.check_lossless``)
+#: from greedy fails the stage (``glance.experiments.gate.check_lossless``)
 GATED = ("glance", "eagle", "two_model")
-
-
-class SmallModelDrafter:
-    """The two-model arm's drafter (a ``glance.drafter.TreeDrafter``): a
-    smaller VLM with its own cache that drafts a greedy chain of up to
-    ``depth`` tokens per round, verified by the same ``verify`` and ``walk``
-    as GLANCE. It reads the prompt with its image itself, and re-reads the
-    accepted tokens each round (its cache is cut back to the committed
-    tokens before every draft)."""
-
-    width = 1
-
-    def __init__(self, model, positions, depth: int):
-        self.model, self.positions, self.max_depth = model, positions, int(depth)
-
-    def start(self, hidden_states, input_ids) -> None:
-        from glance.cache import KVCache
-
-        self.cache, self.delta, self.length = KVCache(self.model.config), None, 0
-        self.pending, self.drafted = input_ids.to(self.model.device), None
-
-    def advance(self, hidden_states, rows) -> None:
-        import torch
-
-        path = rows[1:].cpu().numpy() - 1
-        self.pending = torch.from_numpy(self.drafted[path])[None].to(self.model.device)
-
-    def _step(self, ids, first: int):
-        import torch
-
-        if self.delta is None:  # the prompt, with its image
-            kwargs, self.delta = self.positions.prefill(self.model, ids)
-        else:
-            index = torch.arange(first, first + ids.shape[1], device=ids.device)
-            kwargs = {"position_ids": self.positions.rows(index, self.delta)}
-        out = self.model(
-            input_ids=ids,
-            past_key_values=self.cache.inner,
-            use_cache=True,
-            logits_to_keep=1,
-            **kwargs,
-        )
-        return int(out.logits[0, -1].argmax())
-
-    def draft_tree(self, root: int, length: int, depth: int, budget: int):
-        import numpy as np
-        import torch
-
-        from glance.tree import CandidateTree
-
-        self.cache.crop(self.length)
-        if self.delta is None:
-            self._step(self.pending, 0)
-            self.length, self.pending = self.pending.shape[1], self.pending[:, :0]
-        root_t = torch.tensor([[root]], device=self.model.device)
-        token = self._step(torch.cat([self.pending, root_t], dim=1), self.length)
-        self.length = length + 1  # committed: everything up to the root
-        tokens = [token]
-        for j in range(1, min(depth, budget)):
-            tokens.append(
-                self._step(torch.tensor([[tokens[-1]]], device=root_t.device), length + j)
-            )
-        k = len(tokens)
-        self.drafted = np.array(tokens, dtype=np.int64)
-        return CandidateTree(self.drafted, np.arange(-1, k - 1), np.arange(1, k + 1), np.zeros(k))
-
-
-def two_model_row(models: Models, prompt: Prompt) -> dict:
-    """The ``two_model`` row: GLANCE's loop with :class:`SmallModelDrafter`."""
-    import time
-
-    import glance
-
-    drafter = SmallModelDrafter(models.assistant, prompt.positions, models.depth)
-    start = time.perf_counter()
-    out, stats = glance.generate(
-        drafter,
-        models.target,
-        prompt.ids,
-        prompt.max_new,
-        budget=models.depth,
-        positions=prompt.positions,
-        stop_token_ids=prompt.stops,
-        return_stats=True,
-    )
-    wall = (time.perf_counter() - start) * 1e3
-    rounds = stats.rounds
-    return {
-        "ids": out[0, prompt.ids.shape[1] :].tolist(),
-        "ms": stats.ms_per_token * stats.new_tokens,
-        "wall_ms": wall,
-        "new_tokens": stats.new_tokens,
-        "committed": sum(r.committed for r in rounds),
-        "rounds": len(rounds),
-        "draft_ms": sum(r.draft_ms for r in rounds) / len(rounds),
-    }
-
-
-def call(row: str, models: Models, prompt: Prompt) -> dict:
-    """One run of ``row`` (``two_model`` here, the others in ``glance.arms``)."""
-    return two_model_row(models, prompt) if row == "two_model" else run_row(row, models, prompt)
 
 
 def budget_sweep(cfg, models: Models, processor, stops) -> dict:
     """tokens/s of GLANCE and the EAGLE-style head at each of ``arms.budgets``
     on ``sweep.task`` (``sweep.n`` prompts), and each one's best budget."""
-    from glance.metrics import drop_warmup
+    from glance.core.metrics import drop_warmup
 
     task = task_by_name(cfg.sweep.task)
     max_new = int(cfg.max_new_tokens or task.max_new_tokens)
@@ -192,8 +91,8 @@ def budget_sweep(cfg, models: Models, processor, stops) -> dict:
 
 
 def load_models(cfg, target) -> Models:
-    from glance.eagle import load_eagle_head
-    from glance.vl import load_target as load_vl
+    from glance.heads.eagle import load_eagle_head
+    from glance.targets.vl import load_target as load_vl
 
     a = cfg.arms
     return Models(
@@ -212,7 +111,7 @@ def load_models(cfg, target) -> Models:
 def main(cfg) -> None:
     from tqdm import tqdm
 
-    from glance.report import arms_markdown, arms_panel
+    from glance.reporting.report import arms_markdown, arms_panel
 
     setup(cfg)
     a = cfg.arms
@@ -253,13 +152,13 @@ def main(cfg) -> None:
                 *prompt_inputs(processor, record, cfg.paths.data, preamble), max_new, stops
             )
             for row in rows:
-                runs[row].append(call(row, models, prompt))
+                runs[row].append(run_row(row, models, prompt))
             where = f"arms {name}@context{context}, prompt {i}"
             check_lossless(
                 dict.fromkeys(GATED, "greedy"),
                 runs,
                 where,
-                lambda base, p=prompt: call(base, models, p)["ids"],
+                lambda base, p=prompt: run_row(base, models, p)["ids"],
             )
             diverge(models, prompt, runs, lossy)
         key = name if context == 0 else f"{name}@context{context}"

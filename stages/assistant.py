@@ -39,7 +39,7 @@ def main(cfg) -> None:
     size, train = plain(a.size), plain(a.train)
     out = Path(a.path)
     train_log = train_target(out, TrainConfig(**train), TargetSize(**size))
-    from glance.vl import load_target
+    from glance.targets.vl import load_target
 
     model, _ = load_target(out)
     params = sum(p.numel() for p in model.parameters())

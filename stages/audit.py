@@ -33,13 +33,13 @@ from pathlib import Path
 
 from omegaconf import open_dict
 
-from glance.vl import stop_ids
+from glance.experiments.gate import VERDICTS, first_difference, verdict
+from glance.targets.vl import stop_ids
 from stages.common import (
     app,
     budget,
     decode_settings,
     extend_row,
-    first_difference,
     load_head,
     load_target,
     log,
@@ -55,8 +55,6 @@ from stages.common import (
     write_json,
 )
 from stages.decode import inputs_digest
-
-VERDICTS = ("equal", "control_differs", "MISMATCH")
 
 
 def plan(settings: dict, sweep_budgets, temperatures, extend: int, auto: bool) -> dict:
@@ -77,12 +75,6 @@ def plan(settings: dict, sweep_budgets, temperatures, extend: int, auto: bool) -
         rows[f"glance@{t:g}"] = (f"ar@{t:g}", t, "glance", tree)
         rows[f"chain@{t:g}"] = (f"ar@{t:g}", t, "chain", {})
     return rows
-
-
-def verdict(got: list, want: list, control: list) -> str:
-    if got == want:
-        return "equal"
-    return "control_differs" if control != want else "MISMATCH"
 
 
 @app

@@ -35,8 +35,8 @@ from pathlib import Path
 
 import numpy as np
 
-from glance.baselines import dflash_generate, hf_generate
-from glance.vl import stop_ids
+from glance.experiments.baselines import dflash_generate, hf_generate
+from glance.targets.vl import stop_ids
 from stages.common import (
     app,
     decode_settings,
@@ -161,7 +161,7 @@ def summarise(runs: dict, prefill: list, seed: int, resamples: int) -> dict:
     prefill). Speedups are ratios of pooled times with paired bootstrap
     intervals over prompts: each row over ``hf_greedy``, and ``glance_tree``
     over each row."""
-    from glance.metrics import drop_warmup, paired_bootstrap, pooled_tau
+    from glance.core.metrics import drop_warmup, paired_bootstrap, pooled_tau
 
     def interval(base, method):
         est = paired_bootstrap(base, method, seed=seed, n_resamples=resamples)
@@ -260,7 +260,7 @@ def length_curve(cfg, target, head, processor) -> dict:
 def budget_curve(cfg, target, head, processor) -> dict:
     """Per budget: mean tree size, verify ms, draft ms, host ms and host share of a round."""
     import glance
-    from glance.budget import AUTO_SIZES
+    from glance.core.budget import AUTO_SIZES
 
     task = task_by_name(cfg.bench.cost_task)
     records = task_records(cfg, task, int(cfg.bench.cost_n) + 1)

@@ -19,7 +19,7 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from glance._io import atomic_write_text
-from glance.numerics import NumericsError, pin, record
+from glance.core.numerics import NumericsError, pin, record
 from stages.schema import (
     MAX_BUDGET,
     MIN_PROMPTS,
@@ -44,9 +44,14 @@ def app(fn):
 
     @functools.wraps(fn)
     def checked(cfg: DictConfig):
+        from glance.experiments.gate import NotLossless
+
         check_config(cfg)
         pin_numerics(cfg)
-        return fn(cfg)
+        try:
+            return fn(cfg)
+        except NotLossless as err:
+            raise SystemExit(str(err)) from None
 
     hydra_main = hydra.main(version_base=None, config_path=CONF_DIR, config_name="config")(checked)
 
@@ -89,7 +94,7 @@ def _run_as_stage() -> bool:
 
 
 def pin_numerics(cfg: DictConfig) -> None:
-    """Pin ``cfg.numerics`` (:func:`glance.numerics.pin`). A stage run as a
+    """Pin ``cfg.numerics`` (:func:`glance.core.numerics.pin`). A stage run as a
     program re-executes itself under the pinned environment when it was not
     started with it; called in a process where torch or numpy already loaded
     with other numerics, it exits naming the variable."""
@@ -100,7 +105,7 @@ def pin_numerics(cfg: DictConfig) -> None:
 
 
 def numerics_record(cfg: DictConfig) -> dict:
-    """The numerics an output was made under (:func:`glance.numerics.record`)."""
+    """The numerics an output was made under (:func:`glance.core.numerics.record`)."""
     return record(numerics_of(cfg))
 
 
@@ -296,7 +301,7 @@ def task_records(cfg: DictConfig, task: DictConfig, n: int | None) -> list[dict]
     rest of the file is not read); each image must exist inside the data
     folder. Errors name the file and line."""
     from glance._io import inside
-    from glance.tasks import numbered_records
+    from glance.data.tasks import numbered_records
 
     data_dir = Path(cfg.paths.data)
     path = inside(data_dir, str(task.file), f"task {task.name}: file")
@@ -337,11 +342,11 @@ def decode_settings(cfg: DictConfig, task: DictConfig | None = None) -> dict:
 
 
 def verify_costs(cfg: DictConfig):
-    """The run's :class:`glance.budget.VerifyCosts`: ``target.auto_cost`` when
+    """The run's :class:`glance.core.budget.VerifyCosts`: ``target.auto_cost`` when
     the config fixes it (the auto rows then reproduce bit for bit), else a
     book that measures a target's verify cost once per stage process."""
     global _measured
-    from glance.budget import VerifyCosts
+    from glance.core.budget import VerifyCosts
 
     fixed = auto_cost(cfg)
     if fixed is not None:
@@ -356,7 +361,7 @@ _measured = None  # the process's book of measured costs
 
 def load_target(cfg: DictConfig):
     """The target and processor that the target stage resolved (``target.json``)."""
-    from glance.vl import load_target as load
+    from glance.targets.vl import load_target as load
 
     info = read_json(Path(cfg.paths.target) / "target.json", "run `python -m stages.target` first")
     if cfg.target.source == "toy":
@@ -405,7 +410,7 @@ def load_head(cfg: DictConfig, target):
 
 def extend_row(cfg: DictConfig, head) -> int:
     """``decode.extend_row`` when the head can extend (variable mask span), else 0."""
-    from glance.head import check_head_extends
+    from glance.heads.block import check_head_extends
 
     n = int(cfg.decode.extend_row)
     if n <= 0:
@@ -509,19 +514,19 @@ def sampling_kwargs(cfg: DictConfig, temperature: float, prompt: int) -> dict:
 
 
 def filler(n_tokens: int, tokenizer) -> str:
-    """:func:`glance.vl.filler`: the preamble of the context runs."""
-    from glance.vl import filler as text
+    """:func:`glance.targets.vl.filler`: the preamble of the context runs."""
+    from glance.targets.vl import filler as text
 
     return text(n_tokens, tokenizer)
 
 
 def prompt_inputs(processor, record: dict, data_dir, preamble: str = ""):
-    """:func:`glance.vl.chat_inputs` for one task record: its question (after
+    """:func:`glance.targets.vl.chat_inputs` for one task record: its question (after
     the optional preamble), then its image."""
     from PIL import Image
 
-    from glance.tasks import check_image
-    from glance.vl import chat_inputs
+    from glance.data.tasks import check_image
+    from glance.targets.vl import chat_inputs
 
     path = Path(data_dir) / record["image"]
     check_image(path, f"image {path}")  # bounded before decoding, named on failure
@@ -532,38 +537,3 @@ def prompt_inputs(processor, record: dict, data_dir, preamble: str = ""):
 
 def plain(cfg: DictConfig) -> dict:
     return OmegaConf.to_container(cfg, resolve=True)
-
-
-def first_difference(a: list, b: list) -> int | None:
-    """The first index where two token lists differ (a shorter one differs at
-    its end); ``None`` when they are equal."""
-    if a == b:
-        return None
-    return next(
-        (i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b))
-    )
-
-
-def check_lossless(bases: dict, runs: dict, where: str, control) -> None:
-    """The gate of every lossless row: exit naming ``where``, the row and the
-    first differing token when a row's latest output differs from its
-    baseline's (``bases``: row -> baseline row, or ``None`` for a baseline)
-    and ``control(base)``, a second run of the baseline on the same prompt,
-    agrees with the first. Where the control differs too, the baseline is not
-    reproducible there; that is logged, not failed."""
-    for row, base in bases.items():
-        if base is None:
-            continue
-        got, want = runs[row][-1]["ids"], runs[base][-1]["ids"]
-        i = first_difference(got, want)
-        if i is None:
-            continue
-        if control(base) != want:
-            log.warning("%s: %s is not reproducible here, so %s is not gated", where, base, row)
-            continue
-        mine, theirs = (ids[i] if i < len(ids) else "end" for ids in (got, want))
-        raise SystemExit(
-            f"{where}: row {row} differs from {base} at new token {i} "
-            f"({mine} against {theirs}); a second {base} run agrees with the first, "
-            "so the decoder, not arithmetic, is at fault"
-        )

@@ -5,20 +5,20 @@ width-1 chain ablation, back to back on each prompt, in one process.
     python -m stages.decode -m +task=docvqa budget=15,31,63,127
 
 ``n + 1`` prompts run; the first is the warm-up and is dropped
-(``glance.metrics``). All systems run at ``temperature`` (0: greedy). Two more
+(``glance.core.metrics``). All systems run at ``temperature`` (0: greedy). Two more
 kinds of row: ``glance_extend`` (GLANCE with
 ``extend_budget=decode.extend_row``, for a head trained with a variable mask
 span) and, for each of ``decode.sampled``, ``ar@T`` and ``glance@T``, sampled
 at temperature ``T`` with seeds from ``seed`` and the prompt's index. A sampled
 row's outputs are compared with its own baseline's: with equal seeds the
-decoders draw the same text (``glance.sampling``), so ``matches_baseline``
+decoders draw the same text (``glance.decoding.sampling``), so ``matches_baseline``
 stays a check there too; with ``chain``, ``chain@T`` runs beside them. With
 ``decode.auto_row``, ``glance_auto`` runs GLANCE with ``budget="auto"``, and
 ``speed_over_chain`` gives each tree row's speed over the chain's with a
 paired bootstrap interval.
 
 The stage gates: every row must give its baseline's tokens on every prompt
-(``stages.common.check_lossless``). A row that differs fails the stage, naming
+(``glance.experiments.gate.check_lossless``). A row that differs fails the stage, naming
 the task, prompt, row and first differing token, unless a second run of the
 baseline on that prompt differs from the first as well (then it is logged).
 Writes ``summary.json`` (per system: pooled tau, ms per token, tokens per
@@ -41,11 +41,11 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from glance.vl import stop_ids
+from glance.experiments.gate import check_lossless
+from glance.targets.vl import stop_ids
 from stages.common import (
     app,
     check_context,
-    check_lossless,
     decode_settings,
     extend_row,
     filler,
@@ -145,8 +145,14 @@ def main(cfg) -> None:
 
     import glance
     from glance._io import check_replaceable, replace_dir
-    from glance.metrics import drop_warmup
-    from glance.results import regime, speed_ratio, system_summary, tau_ratio, write_rounds
+    from glance.core.metrics import drop_warmup
+    from glance.experiments.results import (
+        regime,
+        speed_ratio,
+        system_summary,
+        tau_ratio,
+        write_rounds,
+    )
 
     setup(cfg)
     task = task_config(cfg)

@@ -2,7 +2,7 @@
 
     dvc repro stages/arms/dvc.yaml     # this stage, then stages.arms
 
-The head (``glance.eagle``) trains on the same regenerated answers as the toy
+The head (``glance.heads.eagle``) trains on the same regenerated answers as the toy
 block head (``head.train``: the same greedy and sampled prompts, seeds,
 steps, learning rate and batch of ``arms.train.rows`` sequences), with
 EAGLE-3's training-time test (``arms.train.ttt`` steps over windows of
@@ -32,7 +32,7 @@ CORPUS = ("greedy", "sampled", "seed", "max_new_tokens", "long_share", "context"
 
 @app
 def main(cfg) -> None:
-    from glance.eagle import load_eagle_head
+    from glance.heads.eagle import load_eagle_head
     from glance.toy.world import train_toy_eagle_head
 
     setup(cfg)

@@ -1,5 +1,5 @@
 """The paper's four panels and its tables, from the stages' JSON outputs
-(drawn by :mod:`glance.report`).
+(drawn by :mod:`glance.reporting.report`).
 
 * ``figures/law.png`` (a): mean accepted length per entropy decile, one curve per
   task, with the pooled law's fitted curve and its R² against the ceiling.

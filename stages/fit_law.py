@@ -22,14 +22,14 @@ from pathlib import Path
 
 import numpy as np
 
-from glance.results import read_rounds
+from glance.experiments.results import read_rounds
 from stages.common import app, log, numerics_record, setup, write_set
 
 
 def fit(entropy, accepted, cap, prompts, *, resamples: int, seed: int) -> dict:
     """The law's fields, ``holds()`` with its conditions and thresholds, and b1's
     prompt-bootstrap interval, as one JSON-ready dict."""
-    from glance.law import DraftabilityLaw, b1_interval, holds_thresholds
+    from glance.core.law import DraftabilityLaw, b1_interval, holds_thresholds
 
     try:
         law = DraftabilityLaw.fit(entropy, accepted, cap=cap)

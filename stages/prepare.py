@@ -5,7 +5,7 @@
 (one ``{"image", "prompt"}`` record per line, the image path relative to the
 folder); they are checked and copied in, so DVC tracks what was decoded. With
 ``prepare.dataset=<mapping>`` (``conf/dataset/<mapping>.yaml``) the source is
-a benchmark read through ``datasets`` (:mod:`glance.benchmarks`): ``hf``
+a benchmark read through ``datasets`` (:mod:`glance.data.benchmarks`): ``hf``
 (the mapping's hub name), ``hf:<name>``, or a local parquet file or folder,
 arrow file or ``save_to_disk`` folder, with ``prepare.split``,
 ``prepare.limit`` (rows read; null: ``n + 1``) and ``prepare.revision``. It
@@ -40,8 +40,8 @@ def check_lengths(cfg, data: Path, names, shown=None) -> str:
     from transformers import AutoConfig
 
     from glance._io import checkpoint_path
-    from glance.tasks import numbered_records
-    from glance.vl import load_processor
+    from glance.data.tasks import numbered_records
+    from glance.targets.vl import load_processor
     from stages.common import prompt_inputs, task_by_name
 
     t = cfg.target
@@ -93,7 +93,7 @@ def main(cfg) -> None:
 
     mapping = None
     if cfg.prepare.dataset is not None:  # checked before anything is read or written
-        from glance.benchmarks import Mapping
+        from glance.data.benchmarks import Mapping
 
         conf = Path(__file__).resolve().parent.parent / "conf" / "dataset"
         mapping = Mapping.from_file(conf / f"{cfg.prepare.dataset}.yaml")
@@ -110,7 +110,7 @@ def main(cfg) -> None:
 
     def fill(tmp: Path) -> None:
         if mapping is not None:
-            from glance.benchmarks import load_rows, write_task
+            from glance.data.benchmarks import load_rows, write_task
 
             limit = cfg.prepare.limit if cfg.prepare.limit is not None else need
             rows = load_rows(
@@ -138,7 +138,7 @@ def main(cfg) -> None:
                 write_task(task, cfg.prepare.n, tmp, cfg.prepare.seed)
                 summary["tasks"][task] = int(cfg.prepare.n)
         else:
-            from glance.tasks import copy_folder
+            from glance.data.tasks import copy_folder
 
             summary["tasks"] = copy_folder(Path(source), cfg.tasks, tmp, need)
             summary["lengths"] = check_lengths(cfg, tmp, cfg.tasks, shown=source)

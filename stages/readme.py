@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from glance.report import heads_markdown
+from glance.reporting.report import heads_markdown
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -161,7 +161,7 @@ class Arms:
 
 @dataclass
 class Numerics:
-    """:class:`glance.numerics.Numerics` without its ``threads`` (the top-level key)."""
+    """:class:`glance.core.numerics.Numerics` without its ``threads`` (the top-level key)."""
 
     pin: bool = MISSING
     aten_cpu_capability: str = MISSING
@@ -326,7 +326,7 @@ def check_ranges(cfg: DictConfig) -> None:
     integer("arms.budget", cfg.arms.budget, 1, MAX_BUDGET)
     for i, b in enumerate(cfg.arms.budgets):
         integer(f"arms.budgets[{i}]", b, 1, MAX_BUDGET)
-    from glance.relaxed import RULES
+    from glance.decoding.relaxed import RULES
 
     for i, rule in enumerate(cfg.arms.rules):
         if rule not in RULES:
@@ -341,12 +341,12 @@ def check_ranges(cfg: DictConfig) -> None:
 
 
 def auto_cost(cfg: DictConfig):
-    """``target.auto_cost`` as a :class:`glance.budget.VerifyCost`, or ``None``
+    """``target.auto_cost`` as a :class:`glance.core.budget.VerifyCost`, or ``None``
     (measure on the machine), or exit naming the bad key."""
     table = cfg.target.get("auto_cost")
     if table is None:
         return None
-    from glance.budget import VerifyCost
+    from glance.core.budget import VerifyCost
 
     key = "target.auto_cost"
     sizes = [integer(f"{key}.sizes[{i}]", n, 1, MAX_BUDGET) for i, n in enumerate(table.sizes)]
@@ -362,8 +362,8 @@ def auto_cost(cfg: DictConfig):
 
 
 def numerics(cfg: DictConfig):
-    """The run's :class:`glance.numerics.Numerics`, or exit naming the bad key."""
-    from glance.numerics import Numerics as Pinned
+    """The run's :class:`glance.core.numerics.Numerics`, or exit naming the bad key."""
+    from glance.core.numerics import Numerics as Pinned
 
     try:
         return Pinned.from_config(OmegaConf.to_container(cfg.numerics), cfg.threads)

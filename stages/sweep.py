@@ -5,7 +5,7 @@
 On ``sweep.n`` prompts (after a warm-up) the target decodes greedily, then
 GLANCE runs at every budget in ``sweep.budgets`` and at ``budget="auto"``, all
 interleaved prompt by prompt in one process, timed in the ``timing`` window.
-Every row is gated against greedy (``stages.common.check_lossless``). Writes
+Every row is gated against greedy (``glance.experiments.gate.check_lossless``). Writes
 ``results/sweep/<task>/summary.json`` (per budget: tau, tokens per second and
 the speedup over greedy with its paired bootstrap interval; the configured
 budget; ``budget="auto"``'s row and its mean verified tree size per round) and
@@ -16,11 +16,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from glance.vl import stop_ids
+from glance.experiments.gate import check_lossless
+from glance.targets.vl import stop_ids
 from stages.common import (
     app,
     budget,
-    check_lossless,
     decode_settings,
     load_head,
     load_target,
@@ -41,8 +41,8 @@ FILES = ("summary.json", "curve.csv")
 def main(cfg) -> None:
     import glance
     from glance._io import check_replaceable, replace_dir
-    from glance.metrics import drop_warmup
-    from glance.results import system_summary
+    from glance.core.metrics import drop_warmup
+    from glance.experiments.results import system_summary
     from stages.decode import check_positions
 
     setup(cfg)

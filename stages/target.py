@@ -97,8 +97,8 @@ def main(cfg) -> None:
 
     def fill(tmp: Path) -> None:  # the record (and a retrained target), swapped in as one set
         if t.source == "toy":
+            from glance.targets.vl import load_target
             from glance.toy.world import TargetSize, TrainConfig, evaluate_target, train_target
-            from glance.vl import load_target
 
             train_log = None
             if t.retrain:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from glance.numerics import Numerics
+from glance.core.numerics import Numerics
 
 # The tests run under the pipeline's pinned numerics, set before torch loads:
 # unpinned, MKL's results depend on how a tensor is aligned in memory, so a
@@ -49,7 +49,7 @@ def _prompt(kind, target):
     import torch
 
     from glance import testing as tiny
-    from glance.vl import VisionPositions
+    from glance.targets.vl import VisionPositions
 
     before, after = [3, 17, 42, 8], [11, 29, 5, 60, 2]
     if kind == "qwen3":
@@ -64,7 +64,7 @@ def world(request, checkpoints):
     import torch
 
     from glance import load_block_head
-    from glance.vl import load_target
+    from glance.targets.vl import load_target
 
     kind = request.param
     target_path, head_path = checkpoints[kind]

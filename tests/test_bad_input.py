@@ -15,8 +15,8 @@ import pytest
 import torch
 
 import glance
-from glance.head import check_head_fits
-from glance.vl import load_target
+from glance.heads.block import check_head_fits
+from glance.targets.vl import load_target
 
 
 @pytest.fixture(scope="module")

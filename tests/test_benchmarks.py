@@ -18,7 +18,7 @@ datasets = pytest.importorskip("datasets")
 from PIL import Image  # noqa: E402
 
 from glance._io import MARKER, replace_dir  # noqa: E402
-from glance.benchmarks import Mapping, load_rows, write_task  # noqa: E402
+from glance.data.benchmarks import Mapping, load_rows, write_task  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 CONF = ROOT / "conf" / "dataset"

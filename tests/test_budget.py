@@ -3,8 +3,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from glance.budget import AUTO_SIZES, AcceptanceScale, VerifyCost, choose_budget
-from glance.tree import build_budget_tree
+from glance.core.budget import AUTO_SIZES, AcceptanceScale, VerifyCost, choose_budget
+from glance.core.tree import build_budget_tree
 
 
 def draft(seed, depth=15, k=8, temperature=3.0):
@@ -98,7 +98,7 @@ def test_a_fixed_draft_cost_replaces_the_measured_one():
 
 
 def test_a_fixed_book_never_measures():
-    from glance.budget import VerifyCosts
+    from glance.core.budget import VerifyCosts
 
     fixed = VerifyCost((1, 3), (1.0, 2.0), draft_ms=0.5)
 

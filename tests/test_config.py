@@ -70,7 +70,7 @@ def test_stages_refuse_bad_config_before_any_model_loads(stage, monkeypatch):
     loading the target would take five: the check comes first."""
     import importlib
 
-    import glance.vl
+    import glance.targets.vl
     import stages.common
 
     def slow_load(*args, **kwargs):
@@ -78,7 +78,7 @@ def test_stages_refuse_bad_config_before_any_model_loads(stage, monkeypatch):
         raise AssertionError("the stage loaded a model before checking its config")
 
     monkeypatch.setattr(stages.common, "load_target", slow_load)
-    monkeypatch.setattr(glance.vl, "load_target", slow_load)
+    monkeypatch.setattr(glance.targets.vl, "load_target", slow_load)
     main = importlib.import_module(f"stages.{stage}").main
     for override, key, _ in BAD[:9]:
         cfg = _cfg(override)

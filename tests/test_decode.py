@@ -7,7 +7,7 @@ import torch  # noqa: E402
 
 import glance  # noqa: E402
 from glance import testing as tiny  # noqa: E402
-from glance.decode import Stats  # noqa: E402
+from glance.decoding.loop import Stats  # noqa: E402
 
 N_NEW = 64
 
@@ -220,7 +220,7 @@ from hypothesis import strategies as st  # noqa: E402
 
 @pytest.fixture(scope="module")
 def text_world(checkpoints):
-    from glance.vl import load_target
+    from glance.targets.vl import load_target
 
     target, _ = load_target(checkpoints["qwen3"][0], dtype=torch.float64)
     head = glance.load_block_head(checkpoints["qwen3"][1], target=target)
@@ -258,7 +258,7 @@ def test_generate_is_greedy_for_any_input(
 
 
 def test_auto_budget_is_lossless_and_times_the_target_once(world):
-    from glance.budget import AUTO_SIZES, VerifyCosts
+    from glance.core.budget import AUTO_SIZES, VerifyCosts
 
     costs = VerifyCosts()
     prompt = world.input_ids[0].tolist()
@@ -306,7 +306,7 @@ def test_auto_budget_is_lossless_and_times_the_target_once(world):
 def test_auto_budget_with_a_fixed_cost_is_a_function_of_its_inputs(world):
     """With a fixed cost table the auto row times nothing and two calls pick the
     same tree sizes: the row reproduces bit for bit on any machine."""
-    from glance.budget import AUTO_SIZES, VerifyCost, VerifyCosts
+    from glance.core.budget import AUTO_SIZES, VerifyCost, VerifyCosts
 
     fixed = VerifyCost(AUTO_SIZES, tuple(1.0 + n / 10 for n in AUTO_SIZES), draft_ms=1.0)
     prompt = world.input_ids[0].tolist()

@@ -10,7 +10,7 @@ import torch  # noqa: E402
 
 import glance  # noqa: E402
 from glance import testing as tiny  # noqa: E402
-from glance.vl import load_target  # noqa: E402
+from glance.targets.vl import load_target  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -57,11 +57,11 @@ def test_chain_matches_dflash_generate(monkeypatch, text_target, oracle, stop):
 @pytest.mark.parametrize("kind", ["qwen2_vl", "qwen2_5_vl", "qwen3_vl"])
 def test_dflash_chain_on_a_vision_prompt_through_with_image(checkpoints, kind):
     # The bench's dflash row: dflash's loop, written for text targets, runs a VL
-    # prompt through glance.baselines.WithImage and must equal our chain there,
+    # prompt through glance.experiments.baselines.WithImage and must equal our chain there,
     # round for round.
     from conftest import _prompt
 
-    from glance.baselines import dflash_generate
+    from glance.experiments.baselines import dflash_generate
 
     target, _ = load_target(checkpoints[kind][0], dtype=torch.float64)
     head = glance.load_block_head(checkpoints[kind][1], target=target)

@@ -3,7 +3,7 @@
 Each stage's Python closure (its module, and everything under ``glance/`` and
 ``stages/`` that it imports, at module level or inside functions, plus the
 modules ``glance``'s lazy attributes load) must be covered by the stage's
-``deps``; so must the C kernel's source wherever ``glance.tree`` is imported.
+``deps``; so must the C kernel's source wherever ``glance.core.tree`` is imported.
 Otherwise an edit to an undeclared file leaves ``dvc status`` clean and the
 committed results stale.
 """
@@ -41,7 +41,9 @@ def _imports(path: Path, modules: dict) -> set[str]:
         elif isinstance(node, ast.ImportFrom) and node.module:
             names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
         for name in names:
-            while name and name not in modules:  # `glance.tree.search_tree` -> glance.tree
+            while (
+                name and name not in modules
+            ):  # `glance.core.tree.search_tree` -> glance.core.tree
                 name = name.rpartition(".")[0]
             if name:
                 found.add(name)
@@ -77,8 +79,8 @@ def _stages():
 def test_dvc_yaml_declares_every_file_a_stage_reads(name, module, deps):
     modules = _module_files()
     needed = {modules[m].relative_to(ROOT).as_posix() for m in _closure(module, modules)}
-    if "glance/tree.py" in needed:
-        needed.add("glance/_ctree.c")
+    if "glance/core/tree.py" in needed:
+        needed.add("glance/core/_ctree.c")
 
     def covered(f):
         return any(f == d or f.startswith(d.rstrip("/") + "/") for d in deps)

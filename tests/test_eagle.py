@@ -10,19 +10,13 @@ import pytest
 import torch
 
 from glance import testing as tiny
-from glance.decode import Options, generate, greedy_generate, speculate
-from glance.drafter import Drafter, TreeDrafter
-from glance.eagle import (
-    EagleDrafter,
-    EagleTrainConfig,
-    build_eagle_head,
-    check_eagle_fits,
-    load_eagle_head,
-    train_eagle_head,
-    ttt_steps,
-)
-from glance.train import Sequence, sequence_features
-from glance.vl import StreamPositions
+from glance.decoding.loop import Options, generate, greedy_generate, speculate
+from glance.drafters.eagle import EagleDrafter
+from glance.drafters.protocol import Drafter, TreeDrafter
+from glance.heads.eagle import build_eagle_head, check_eagle_fits, load_eagle_head
+from glance.targets.vl import StreamPositions
+from glance.training.block import Sequence, sequence_features
+from glance.training.eagle import EagleTrainConfig, train_eagle_head, ttt_steps
 
 N_NEW = 64
 
@@ -42,7 +36,7 @@ def _generate(drafter, world, n=N_NEW, **kw):
 def _positions(world, length):
     """The world's positions for a sequence of ``length`` that starts with its
     prompt (response tokens are text, whatever their ids)."""
-    from glance.vl import VisionPositions
+    from glance.targets.vl import VisionPositions
 
     p = world.positions
     if p is None:

@@ -13,8 +13,8 @@ import torch
 import glance
 from glance import DraftabilityLaw
 from glance import testing as tiny
-from glance.decode import MAX_BUDGET, Options
-from glance.tree import build_budget_tree
+from glance.core.tree import build_budget_tree
+from glance.decoding.loop import MAX_BUDGET, Options
 
 # --- 1. build_budget_tree: ids past int64, repeated ids in a row ------------------
 
@@ -92,7 +92,7 @@ def test_budget_past_the_cap_is_refused_before_allocating(text, budget, monkeypa
     def never(*args, **kwargs):
         raise AssertionError("a tree was planned for an out-of-range budget")
 
-    monkeypatch.setattr(glance.decode, "search_tree", never)
+    monkeypatch.setattr(glance.decoding.loop, "search_tree", never)
     match = re.escape(f'budget must be an int in [1, {MAX_BUDGET}] (MAX_BUDGET) or "auto"')
     with pytest.raises(ValueError, match=match):
         glance.generate(head, target, torch.tensor([IDS]), 4, budget=budget)
@@ -189,7 +189,7 @@ def processor():
     "token", ["<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|image_pad|>", "<|mask|>"]
 )
 def test_chat_inputs_refuses_special_tokens_in_the_text(processor, token):
-    from glance.vl import chat_inputs, control_tokens
+    from glance.targets.vl import chat_inputs, control_tokens
 
     assert token in control_tokens(processor)  # read off the tokenizer, not a list here
     with pytest.raises(ValueError, match=re.escape(f"special token {token!r} at character 8")):
@@ -197,7 +197,7 @@ def test_chat_inputs_refuses_special_tokens_in_the_text(processor, token):
 
 
 def test_chat_inputs_keeps_plain_text(processor):
-    from glance.vl import chat_inputs
+    from glance.targets.vl import chat_inputs
 
     ids, _ = chat_inputs(processor, "what is <|x|> here?")  # not a special token
     image = processor.tokenizer.convert_tokens_to_ids("<|image_pad|>")
@@ -237,7 +237,7 @@ def test_defect_05_a_long_filler_is_tokenised_a_few_times_not_per_word():
 
 
 def test_the_library_and_the_schema_cap_the_budget_alike():
-    from glance.decode import MAX_BUDGET
+    from glance.decoding.loop import MAX_BUDGET
     from stages.schema import MAX_BUDGET as SCHEMA
 
     assert MAX_BUDGET == SCHEMA

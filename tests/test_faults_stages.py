@@ -32,7 +32,7 @@ from glance._io import (  # noqa: E402
     replace_dir,
     write_files,
 )
-from glance.results import read_rounds  # noqa: E402
+from glance.experiments.results import read_rounds  # noqa: E402
 from stages.params import compose_params  # noqa: E402
 from stages.schema import check_config  # noqa: E402
 
@@ -378,7 +378,7 @@ def _png(path: Path, width: int, height: int) -> None:
 def test_defect_07_a_one_pixel_image_is_named_by_its_source(tmp_path):
     from PIL import Image
 
-    from glance.tasks import MIN_SIDE, check_image
+    from glance.data.tasks import MIN_SIDE, check_image
 
     Image.new("RGB", (1, 1)).save(tmp_path / "dot.png")
     with pytest.raises(ValueError, match=rf"src/x.jsonl:3: image is 1x1; .* {MIN_SIDE} pixels"):
@@ -389,7 +389,7 @@ def test_defect_07_a_one_pixel_image_is_named_by_its_source(tmp_path):
 
 
 def test_defect_08_a_huge_image_is_refused_from_its_header(tmp_path):
-    from glance.tasks import MAX_PIXELS, check_image
+    from glance.data.tasks import MAX_PIXELS, check_image
 
     _png(tmp_path / "bomb.png", 12000, 12000)
     start = time.perf_counter()
@@ -399,7 +399,7 @@ def test_defect_08_a_huge_image_is_refused_from_its_header(tmp_path):
 
 
 def test_defect_08_a_warned_size_is_an_error_too(tmp_path):
-    from glance.tasks import check_image
+    from glance.data.tasks import check_image
 
     _png(tmp_path / "big.png", 10000, 9000)  # 90 MP: Pillow only warns
     with pytest.raises(ValueError, match="the limit is"):
@@ -407,7 +407,7 @@ def test_defect_08_a_warned_size_is_an_error_too(tmp_path):
 
 
 def test_defect_08_only_the_records_used_are_read(tmp_path):
-    from glance.tasks import numbered_records
+    from glance.data.tasks import numbered_records
 
     good = json.dumps({"image": "a.png", "prompt": "q"}) + "\n"
     path = tmp_path / "docvqa.jsonl"

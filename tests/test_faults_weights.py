@@ -20,7 +20,7 @@ from safetensors.torch import load_file, save_file
 import glance
 from glance import testing as tiny
 from glance._weights import check_safetensors
-from glance.eagle import build_eagle_head, load_eagle_head
+from glance.heads.eagle import build_eagle_head, load_eagle_head
 
 WEIGHTS = "model.safetensors"
 

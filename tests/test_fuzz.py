@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from glance._io import replace_dir
-from glance.tasks import copy_folder, read_task
+from glance.data.tasks import copy_folder, read_task
 from glance.toy.tasks import render
 
 EXAMPLES = settings(
@@ -211,7 +211,7 @@ def _line_named(message: str, path: Path, lines: int) -> bool:
 @READERS
 @given(st.lists(rounds | values, min_size=0, max_size=5))
 def test_read_rounds_returns_valid_rounds_or_names_the_line(records):
-    from glance.results import read_rounds
+    from glance.experiments.results import read_rounds
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "rounds.jsonl"

@@ -1,11 +1,11 @@
-"""The lossless gate (``stages.common.check_lossless``): a row that leaves its
+"""The lossless gate (``glance.experiments.gate.check_lossless``): a row that leaves its
 baseline fails the run, naming the row, the prompt and the first differing token."""
 
 from __future__ import annotations
 
 import pytest
 
-from stages.common import check_lossless
+from glance.experiments.gate import NotLossless, check_lossless, verdict
 
 GREEDY_BASE = {"greedy": None, "glance": "greedy", "eagle": "greedy"}
 
@@ -17,7 +17,7 @@ def _runs(greedy, glance, eagle):
 def test_a_row_that_leaves_greedy_fails_naming_row_prompt_and_token():
     runs = _runs([1, 2, 3, 4], [1, 2, 3, 4], [1, 2, 9])
     with pytest.raises(
-        SystemExit, match=r"here: row eagle differs from greedy at new token 2 \(9 against 3\)"
+        NotLossless, match=r"here: row eagle differs from greedy at new token 2 \(9 against 3\)"
     ):
         check_lossless(GREEDY_BASE, runs, "here", lambda base: [1, 2, 3, 4])
 
@@ -25,7 +25,7 @@ def test_a_row_that_leaves_greedy_fails_naming_row_prompt_and_token():
 def test_a_shorter_output_fails_at_its_end():
     runs = _runs([1, 2, 3], [1, 2], [1, 2, 3])
     with pytest.raises(
-        SystemExit, match="row glance differs from greedy at new token 2 .end against 3"
+        NotLossless, match="row glance differs from greedy at new token 2 .end against 3"
     ):
         check_lossless(GREEDY_BASE, runs, "here", lambda base: [1, 2, 3])
 
@@ -55,7 +55,7 @@ def test_each_row_is_gated_against_its_own_baseline():
         asked.append(base)
         return runs[base][-1]["ids"]
 
-    with pytest.raises(SystemExit, match=r"p: row glance@0.7 differs from ar@0.7 at new token 1"):
+    with pytest.raises(NotLossless, match=r"p: row glance@0.7 differs from ar@0.7 at new token 1"):
         check_lossless(bases, runs, "p", control)
     assert asked == ["ar@0.7"]
 
@@ -82,8 +82,6 @@ def test_the_audit_plans_every_lossless_row_with_its_baseline():
 
 
 def test_an_audit_verdict_blames_the_decoder_only_when_the_control_agrees():
-    from stages.audit import verdict
-
     assert verdict([1, 2], [1, 2], [1, 2]) == "equal"
     assert verdict([1, 3], [1, 2], [1, 2]) == "MISMATCH"
     assert verdict([1, 3], [1, 2], [1, 4]) == "control_differs"

@@ -12,7 +12,7 @@ from safetensors.torch import save_file
 
 import glance
 from glance import testing as tiny
-from glance.vl import VisionPositions, load_target
+from glance.targets.vl import VisionPositions, load_target
 
 
 @pytest.fixture(scope="module")

@@ -9,8 +9,8 @@ import torch  # noqa: E402
 
 import glance  # noqa: E402
 from glance import testing as tiny  # noqa: E402
-from glance.head import check_head_fits, embeddings, lm_head  # noqa: E402
-from glance.vl import StreamPositions, VisionPositions, load_target  # noqa: E402
+from glance.heads.block import check_head_fits, embeddings, lm_head  # noqa: E402
+from glance.targets.vl import StreamPositions, VisionPositions, load_target  # noqa: E402
 
 
 @pytest.fixture(scope="module")

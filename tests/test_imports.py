@@ -8,7 +8,7 @@ import glance
 
 def test_numpy_core_imports_without_torch():
     code = (
-        "import sys, glance, glance.tree, glance.law, glance.metrics; "
+        "import sys, glance, glance.core.tree, glance.core.law, glance.core.metrics; "
         "heavy = sorted(m for m in ('torch', 'transformers', 'dflash') if m in sys.modules); "
         "print(','.join(heavy))"
     )
@@ -17,8 +17,8 @@ def test_numpy_core_imports_without_torch():
 
 
 def test_public_names():
-    from glance.law import DraftabilityLaw
-    from glance.tree import build_budget_tree, tree_mask
+    from glance.core.law import DraftabilityLaw
+    from glance.core.tree import build_budget_tree, tree_mask
 
     assert glance.build_budget_tree is build_budget_tree
     assert glance.tree_mask is tree_mask

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from glance import DraftabilityLaw
-from glance.law import _newton_slopes, _standardise, b1_interval, holds_thresholds, rank_bins
+from glance.core.law import _newton_slopes, _standardise, b1_interval, holds_thresholds, rank_bins
 
 B0, B1, CAP = 2.0, 1.5, 15
 
@@ -233,7 +233,7 @@ ROUNDS = sorted(Path(__file__).resolve().parent.parent.glob("results/decode/*/ro
 @pytest.mark.skipif(not ROUNDS, reason="no committed rounds (dvc pull results/decode)")
 @pytest.mark.parametrize("path", ROUNDS, ids=lambda p: p.parent.name)
 def test_ceiling_bounds_the_law_on_committed_rounds(path):
-    from glance.results import read_rounds
+    from glance.experiments.results import read_rounds
 
     entropy, accepted, cap = read_rounds(path, system="glance")
     law = _bound_holds(entropy, accepted, cap)

@@ -3,12 +3,10 @@ import math
 import numpy as np
 import pytest
 
-from glance.metrics import (
+from glance.core.metrics import (
     drop_warmup,
-    geometric_mean,
     paired_bootstrap,
     pooled_tau,
-    speedup,
 )
 
 
@@ -29,25 +27,6 @@ def test_tau_pools_rounds_not_prompts():
         pooled_tau([0], [0])
     with pytest.raises(ValueError, match="must match"):
         pooled_tau([1, 2], [1])
-
-
-def test_speedup_is_a_ratio_of_totals_after_warmup():
-    baseline = drop_warmup([50.0, 2.0, 4.0, 6.0])  # 12 s measured
-    method = drop_warmup([40.0, 1.0, 1.0, 2.0])  # 4 s measured
-    assert speedup(baseline, method) == 3.0
-    with pytest.raises(ValueError, match="paired"):
-        speedup([1.0, 2.0], [1.0])
-    with pytest.raises(ValueError, match=r"method_times must be > 0; entry 1"):
-        speedup([1.0, 2.0], [1.0, 0.0])
-
-
-def test_tasks_combine_by_geometric_mean():
-    assert geometric_mean([2.0, 8.0]) == pytest.approx(4.0)
-    assert geometric_mean([1.5]) == pytest.approx(1.5)
-    # Inverse speedups cancel under the geometric mean, not the arithmetic one.
-    assert geometric_mean([2.0, 0.5]) == pytest.approx(1.0)
-    with pytest.raises(ValueError, match="> 0"):
-        geometric_mean([2.0, -1.0])
 
 
 def test_paired_bootstrap_is_seeded_and_covers_the_truth():
@@ -83,7 +62,7 @@ def test_paired_bootstrap_rejects_bad_input():
 
 
 def test_paired_tau_ratio_is_the_ratio_of_pooled_taus_with_an_interval():
-    from glance.metrics import paired_tau_ratio, pooled_tau
+    from glance.core.metrics import paired_tau_ratio, pooled_tau
 
     rng = np.random.default_rng(0)
     committed = rng.integers(80, 140, size=20)
@@ -98,7 +77,7 @@ def test_paired_tau_ratio_is_the_ratio_of_pooled_taus_with_an_interval():
 
 
 def test_offset_acceptance_conditions_on_reaching_the_offset():
-    from glance.metrics import offset_acceptance
+    from glance.core.metrics import offset_acceptance
 
     # rounds: accepted 0 (cap 15), 2 (cap 15), 3 (cap 3: censored), 5 (cap 15)
     acc = offset_acceptance([0, 2, 3, 5], [15, 15, 3, 15], 6)
@@ -110,7 +89,7 @@ def test_offset_acceptance_conditions_on_reaching_the_offset():
 
 
 def test_tau_ceiling_is_what_the_lengths_allow():
-    from glance.metrics import tau_ceiling
+    from glance.core.metrics import tau_ceiling
 
     # 33 new tokens: 1 from the prefill, 32 in two full rounds of 16
     assert tau_ceiling([33], 16) == pytest.approx(16.0)

@@ -1,4 +1,4 @@
-"""Pinned CPU numerics (glance.numerics) and the golden training run."""
+"""Pinned CPU numerics (glance.core.numerics) and the golden training run."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from glance.numerics import Numerics, NumericsError, pin, unpinned
+from glance.core.numerics import Numerics, NumericsError, pin, unpinned
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -11,12 +11,13 @@ import torch
 
 import glance
 from glance import testing as tiny
-from glance.budget import VerifyCosts
-from glance.cache import KVCache
-from glance.decode import Clock, Options, speculate
-from glance.drafter import BlockDrafter, Drafter
-from glance.sampling import Sampling
-from glance.tree import build_budget_tree, first_nodes, search_tree, spine_leaf, splice
+from glance.core.budget import VerifyCosts
+from glance.core.tree import build_budget_tree, first_nodes, search_tree, spine_leaf, splice
+from glance.decoding.cache import KVCache
+from glance.decoding.loop import Clock, Options, speculate
+from glance.decoding.sampling import Sampling
+from glance.drafters.block import BlockDrafter
+from glance.drafters.protocol import Drafter
 
 GLANCE = Path(glance.__file__).parent
 N_NEW = 48

@@ -10,9 +10,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from glance.decode import GREEDY, walk
-from glance.relaxed import RULES, relaxed_walk
-from glance.tree import CandidateTree, children_of, search_tree
+from glance.core.tree import CandidateTree, children_of, search_tree
+from glance.decoding.loop import GREEDY, walk
+from glance.decoding.relaxed import RULES, relaxed_walk
 
 VOCAB = 8  # small, so the target's choices are often in the tree
 
@@ -172,7 +172,7 @@ class _SecondChoice:
 
 
 def test_a_relaxed_rule_breaks_greedy_equality_and_the_exact_walk_does_not(world):
-    from glance.decode import Options, speculate
+    from glance.decoding.loop import Options, speculate
 
     ref = world.reference[0]
     second = _second_choices(world)
@@ -204,7 +204,7 @@ def _second_choices(world):
     positions = world.positions
     kwargs = {}
     if positions is not None:
-        from glance.vl import VisionPositions
+        from glance.targets.vl import VisionPositions
 
         types = torch.zeros_like(ref)
         types[:, : positions.mm_token_type_ids.shape[1]] = positions.mm_token_type_ids
@@ -217,8 +217,8 @@ def _second_choices(world):
 
 
 def test_relaxed_options_are_checked():
-    from glance.decode import Options
-    from glance.sampling import Sampling
+    from glance.decoding.loop import Options
+    from glance.decoding.sampling import Sampling
 
     with pytest.raises(ValueError, match="lossy rule"):
         Options(8, accept="top5")

@@ -20,9 +20,9 @@ import torch
 from scipy import stats
 
 import glance
-import glance.decode
+import glance.decoding.loop
 from glance import testing as tiny
-from glance.sampling import Sampling, Uniforms, draw
+from glance.decoding.sampling import Sampling, Uniforms, draw
 
 N_NEW = 40
 SETTINGS = [
@@ -309,6 +309,6 @@ def test_a_wrong_walk_fails_the_same_test(small, monkeypatch):
         return np.array(path, dtype=np.int64), bonus
 
     target, head = small
-    monkeypatch.setattr(glance.decode, "walk", most_probable_child)
+    monkeypatch.setattr(glance.decoding.loop, "walk", most_probable_child)
     samples = draw_samples(tree_run(target, head), 2027)
     assert chi_square(samples, exact_first_three(target, EXACT_SETTINGS)) < 1e-8

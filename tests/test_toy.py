@@ -9,7 +9,8 @@ import pytest
 import torch
 from PIL import Image
 
-from glance.tasks import read_task
+from glance.data.tasks import read_task
+from glance.targets.vl import chat_inputs, load_target
 from glance.toy import tasks as T
 from glance.toy.world import (
     Encoder,
@@ -20,7 +21,6 @@ from glance.toy.world import (
     page_pixels,
     train_target,
 )
-from glance.vl import chat_inputs, load_target
 
 
 @pytest.fixture(scope="module")
@@ -165,9 +165,9 @@ def test_saved_target_loads_like_a_real_checkpoint(tmp_path):
 
 def test_toy_head_trains_on_regenerated_answers_and_decodes_losslessly(tmp_path):
     import glance
+    from glance.targets.vl import VisionPositions
     from glance.toy.world import toy_prompts
-    from glance.train import HeadConfig, regenerate, train_head
-    from glance.vl import VisionPositions
+    from glance.training.block import HeadConfig, regenerate, train_head
 
     out = tmp_path / "target"
     train_target(
@@ -219,7 +219,7 @@ def test_sampled_regeneration_never_emits_vision_placeholders(tmp_path):
     # id, the image placeholder included; a response holding one would break the
     # feature pass (an image token with no pixels).
     from glance.toy.world import toy_prompts
-    from glance.train import regenerate, sequence_features
+    from glance.training.block import regenerate, sequence_features
 
     out = tmp_path / "target"
     train_target(

@@ -9,7 +9,8 @@ import torch
 
 import glance
 from glance import testing as tiny
-from glance.train import (
+from glance.targets.vl import load_target
+from glance.training.block import (
     HeadConfig,
     Sequence,
     block_logits,
@@ -21,7 +22,6 @@ from glance.train import (
     sequence_features,
     train_head,
 )
-from glance.vl import load_target
 
 B = 6
 

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import glance.tree
-from glance.tree import (
+import glance.core.tree
+from glance.core.tree import (
     CandidateTree,
     Node,
     accept_path,
@@ -241,9 +241,9 @@ def test_accept_path_rejects_wrong_shape():
 def test_compiled_kernel_is_built():
     # The README's install compiles glance._ctree; without it every tree falls
     # back to the (slower) Python reference, which the benchmark would not show.
-    import glance.tree
+    import glance.core.tree
 
-    assert glance.tree._ctree is not None
+    assert glance.core.tree._ctree is not None
 
 
 @st.composite
@@ -263,13 +263,13 @@ def wide_drafts(draw):
 
 
 @pytest.mark.skipif(
-    glance.tree._ctree is None,
+    glance.core.tree._ctree is None,
     reason="no compiled kernel in this install (test_compiled_kernel_is_built fails instead)",
 )
 @settings(max_examples=300, deadline=None)
 @given(st.one_of(drafts(max_depth=6, max_k=5), wide_drafts()), st.integers(1, 300))
 def test_compiled_kernel_equals_python_reference(draft, budget):
-    import glance.tree
+    import glance.core.tree
 
     ids, lp, branch_k = draft
     compiled = build_budget_tree(ids, lp, budget=budget, branch_k=branch_k)
@@ -284,7 +284,7 @@ def test_compiled_kernel_equals_python_reference(draft, budget):
             rng.random(len(compiled)) < 0.7, compiled.tokens, target_next[: len(compiled)]
         )
     walk = accept_path(compiled, target_next)
-    kernel, glance.tree._ctree = glance.tree._ctree, None
+    kernel, glance.core.tree._ctree = glance.core.tree._ctree, None
     try:
         reference = build_budget_tree(ids, lp, budget=budget, branch_k=branch_k)
         reference_masks = [
@@ -292,7 +292,7 @@ def test_compiled_kernel_equals_python_reference(draft, budget):
         ]
         reference_walk = accept_path(reference, target_next)
     finally:
-        glance.tree._ctree = kernel
+        glance.core.tree._ctree = kernel
     for name in ("tokens", "parents", "depths", "logprobs"):
         a, b = getattr(compiled, name), getattr(reference, name)
         assert a.dtype == b.dtype and a.tobytes() == b.tobytes(), name
@@ -304,10 +304,10 @@ def test_compiled_kernel_equals_python_reference(draft, budget):
 
 @pytest.mark.parametrize("compiled", [True, False])
 def test_mask_rejects_a_tree_not_packed_parents_first(compiled, monkeypatch):
-    import glance.tree
+    import glance.core.tree
 
     if not compiled:
-        monkeypatch.setattr(glance.tree, "_ctree", None)
+        monkeypatch.setattr(glance.core.tree, "_ctree", None)
     for parent in (1, -2):
         nodes = [Node(1, 1, parent, -0.1), Node(2, 1, -1, -0.2)]
         with pytest.raises(ValueError, match="parents-first"):

@@ -6,8 +6,8 @@ import torch
 
 import glance
 from glance import testing as tiny
-from glance.vl import StreamPositions
-from stages.arms import SmallModelDrafter
+from glance.drafters.small import SmallModelDrafter
+from glance.targets.vl import StreamPositions
 
 
 def _run(world, assistant, depth=6):

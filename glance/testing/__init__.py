@@ -251,7 +251,7 @@ class OracleHead(torch.nn.Module):
 
 
 class ScriptedDrafter:
-    """A :class:`~glance.drafter.Drafter` that is no model at all: at each
+    """A :class:`~glance.drafters.protocol.Drafter` that is no model at all: at each
     offset it proposes ``reference[p]`` (``p``, the offset's sequence index)
     first, except at offsets in ``corrupt``, where a wrong token leads and the
     right one is second. The other candidates are the next ids in the

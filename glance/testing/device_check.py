@@ -17,7 +17,7 @@ Two parts, one printed table each, and ``<out>/lossless.json`` and
   model dimensions (36 layers, hidden 4096, 32 heads, 8 KV heads, vocabulary
   151936), random weights built from the config, no download, in bfloat16.
   After a prefill of ``--context`` tokens it times GLANCE's own verify pass
-  (``glance.decode.verify`` with the ancestor-only mask) at tree sizes 1 to
+  (``glance.decoding.loop.verify`` with the ancestor-only mask) at tree sizes 1 to
   1024, the fastest of ``--repeats`` passes each, the cache cropped back after
   every pass.
 
@@ -74,7 +74,7 @@ def lossless(device, dtypes, kinds, prompts: int, new_tokens: int) -> dict:
 
     import glance
     from glance import testing as tiny
-    from glance.vl import VisionPositions
+    from glance.targets.vl import VisionPositions
 
     out = {}
     for dtype_name in dtypes:
@@ -114,10 +114,10 @@ def verify_cost(device, text: dict, sizes, context: int, repeats: int, dtype_nam
     import torch
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    from glance.cache import KVCache
-    from glance.decode import Cursor, verify, verify_inputs
-    from glance.tree import CandidateTree
-    from glance.vl import StreamPositions
+    from glance.core.tree import CandidateTree
+    from glance.decoding.cache import KVCache
+    from glance.decoding.loop import Cursor, verify, verify_inputs
+    from glance.targets.vl import StreamPositions
 
     dtype = getattr(torch, dtype_name)
     config = Qwen3Config(**text)

@@ -1,7 +1,7 @@
 """The golden training run: a few dozen steps of the toy head, hashed.
 
 ``python -m glance.testing.golden`` pins the default numerics
-(:class:`glance.numerics.Numerics`), regenerates a tiny corpus with the
+(:class:`glance.core.numerics.Numerics`), regenerates a tiny corpus with the
 shipped toy target, trains a one-layer block head on it for ``--steps`` steps
 and prints the SHA-256 of the saved weights. ``tests/test_numerics.py``
 compares it with the hash committed there, so a CI machine whose CPU rounds
@@ -17,7 +17,7 @@ import json
 import tempfile
 from pathlib import Path
 
-from glance.numerics import Numerics, pin, record
+from glance.core.numerics import Numerics, pin, record
 
 TOY_TARGET = Path(__file__).resolve().parents[2] / "models" / "toy-target"
 

@@ -60,9 +60,9 @@ def cmd_evaluate(args) -> dict:
     import torch
 
     import glance
-    from glance.law import DraftabilityLaw
+    from glance.core.law import DraftabilityLaw
+    from glance.targets.vl import load_target
     from glance.toy.world import evaluate_decoding, evaluate_target, save_json
-    from glance.vl import load_target
 
     target, processor = load_target(args.target, dtype=torch.float32)
     summary = {"target": evaluate_target(target, processor, args.data, args.n)}

@@ -2,7 +2,7 @@
 ``Qwen3VLForConditionalGeneration`` trained here on the five toy tasks.
 
 Everything is built from configs and saved with ``save_pretrained``, and loads
-back through :func:`glance.vl.load_target` like a real checkpoint. Choices that
+back through :func:`glance.targets.vl.load_target` like a real checkpoint. Choices that
 make a 1M-parameter VLM learn to read in minutes on two CPU cores: one glyph per
 vision patch (patch = cell, spatial merge 1), white mapped to 0 (mean 1, std
 0.5), ``rope_theta`` 100, the question before the image.
@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from glance.targets.vl import register_processor
 from glance.toy.tasks import (
     ALPHABET,
     AUX_TASK,
@@ -31,7 +32,6 @@ from glance.toy.tasks import (
     make_example,
     render,
 )
-from glance.vl import register_processor
 
 SPECIAL = (
     "<|endoftext|>",
@@ -100,7 +100,7 @@ def processor_class():
 
 
 # Checkpoints saved with this processor name it in processor_config.json;
-# glance.vl.load_target finds it here once this module is imported.
+# glance.targets.vl.load_target finds it here once this module is imported.
 register_processor("GlanceToyProcessor", processor_class)
 
 
@@ -214,10 +214,10 @@ class Encoder:
 
     def prompt(self, prompt: str, context: int = 0) -> list[int]:
         """The chat-formatted prompt's ids, with ``context`` tokens of
-        :func:`glance.vl.filler` before the question (as the context runs put it)."""
+        :func:`glance.targets.vl.filler` before the question (as the context runs put it)."""
         key = (prompt, context)
         if key not in self._prompts:
-            from glance.vl import filler
+            from glance.targets.vl import filler
 
             text = prompt_text(filler(context, self.tokenizer) + prompt)
             self._prompts[key] = self.tokenizer(text).input_ids
@@ -349,7 +349,7 @@ def train_target(
 def _train_phase(model, encoder, table, cfg: TrainConfig, seed: int, bar) -> dict:
     """One phase of :func:`train_target`: ``cfg.steps`` steps of a fresh AdamW
     with warm-up and cosine decay, on examples drawn from ``[seed, 1]``."""
-    from glance.train import lr_at, optimizer_step
+    from glance.training.block import lr_at, optimizer_step
 
     rng = np.random.default_rng([seed, 1])
     mix = (*TASKS, AUX_TASK)
@@ -403,9 +403,9 @@ def evaluate_target(model, processor, data_dir, n: int | None = None) -> dict:
     from PIL import Image
 
     import glance
-    from glance.tasks import read_task
+    from glance.data.tasks import read_task
+    from glance.targets.vl import chat_inputs
     from glance.toy.tasks import STYLES, score_answer
-    from glance.vl import chat_inputs
 
     data_dir = Path(data_dir)
     encoder = Encoder(processor.tokenizer)
@@ -497,8 +497,8 @@ def evaluate_decoding(
     tree's per-round ``(entropy, accepted)`` pairs for fitting the law.
     """
     import glance
-    from glance.tasks import read_task
-    from glance.vl import positions_from
+    from glance.data.tasks import read_task
+    from glance.targets.vl import positions_from
 
     end = processor.tokenizer.convert_tokens_to_ids("<|im_end|>")
     block = int(head.block_size)
@@ -549,7 +549,7 @@ def toy_prompts(n: int, seed: int, long_share: float = 0.0, context: int = 0) ->
     tokens before the question, so a head sees the long outputs and long
     prompts the bench and panel (c) decode. Ordered short, then with context,
     then longform, so batches of similar length decode together."""
-    from glance.vl import filler
+    from glance.targets.vl import filler
 
     tokenizer = build_tokenizer()
     rng = np.random.default_rng([seed, 99])
@@ -587,7 +587,7 @@ def toy_corpus(
     and ``sampled`` at temperature 1; ``heldout`` more greedy answers from
     another seed for the held-out loss curve. Every head trained on it (the
     block head, the EAGLE-style head) sees the same sequences."""
-    from glance.train import regenerate
+    from glance.training.block import regenerate
 
     end = processor.tokenizer.convert_tokens_to_ids("<|im_end|>")
     start = time.perf_counter()
@@ -631,8 +631,8 @@ def train_toy_head(
     save it to ``out_dir`` (built aside, then renamed into place). Returns the
     training log."""
     from glance._io import replace_dir
-    from glance.train import HeadConfig, train_head
-    from glance.vl import load_target
+    from glance.targets.vl import load_target
+    from glance.training.block import HeadConfig, train_head
 
     torch.manual_seed(seed)
     target, processor = load_target(target_dir, dtype=torch.float32)
@@ -658,13 +658,13 @@ def train_toy_head(
 
 
 def train_toy_eagle_head(target_dir, out_dir, corpus: dict, train: dict) -> dict:
-    """Train an EAGLE-style head (:mod:`glance.eagle`) for a saved toy target on
+    """Train an EAGLE-style head (:mod:`glance.heads.eagle`) for a saved toy target on
     the same :func:`toy_corpus` as the block head (``corpus``: its keyword
-    arguments) with ``train`` (:class:`glance.eagle.EagleTrainConfig` fields),
+    arguments) with ``train`` (:class:`glance.training.eagle.EagleTrainConfig` fields),
     and save it to ``out_dir``. Returns the training log."""
     from glance._io import replace_dir
-    from glance.eagle import EagleTrainConfig, train_eagle_head
-    from glance.vl import load_target
+    from glance.targets.vl import load_target
+    from glance.training.eagle import EagleTrainConfig, train_eagle_head
 
     torch.manual_seed(corpus["seed"])
     target, processor = load_target(target_dir, dtype=torch.float32)

@@ -35,8 +35,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from glance.head import context_features, lm_head, noise_embedding
-from glance.vl import StreamPositions, text_config
+from glance.heads.block import context_features, lm_head, noise_embedding
+from glance.targets.vl import StreamPositions, text_config
 
 __all__ = [
     "HeadConfig",
@@ -93,7 +93,7 @@ class Sequence:
 
     ``input_ids`` is ``(L,)`` int64; ``prompt_len`` the number of prompt tokens;
     ``positions`` what the target's prefill over the whole sequence needs
-    (:class:`~glance.vl.VisionPositions` for an image prompt).
+    (:class:`~glance.targets.vl.VisionPositions` for an image prompt).
     """
 
     input_ids: torch.Tensor
@@ -435,7 +435,7 @@ def regenerate(
     """
     from tqdm import tqdm
 
-    from glance.vl import VisionPositions
+    from glance.targets.vl import VisionPositions
 
     stop = stop_token_id if stop_token_id is not None else processor.tokenizer.eos_token_id
     pad = processor.tokenizer.pad_token_id

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from glance.vl import VisionPositions
+from glance.targets.vl import VisionPositions
 
 __all__ = ["WithImage", "dflash_generate", "hf_generate"]
 

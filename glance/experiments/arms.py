@@ -2,11 +2,11 @@
 
 ``stages.arms`` runs these on the same prompts, interleaved. A *row* is
 ``greedy`` (the target alone), ``glance`` (the block head's budget tree),
-``eagle`` (the EAGLE-style head's dynamic tree, :mod:`glance.eagle`),
-``dflash_chain`` (dflash's own loop), ``two_model`` (``transformers``'
-assisted generation with a smaller model) or ``relaxed_<rule>`` (GLANCE's
-tree walked with a LOSSY rule of :mod:`glance.relaxed`). Each call returns a
-run as ``glance.results`` reads it, plus end-to-end time and draft time.
+``eagle`` (the EAGLE-style head's dynamic tree, :mod:`glance.heads.eagle`),
+``dflash_chain`` (dflash's own loop), ``two_model`` (a smaller model drafting
+a chain, :mod:`glance.drafters.small`) or ``relaxed_<rule>`` (GLANCE's
+tree walked with a LOSSY rule of :mod:`glance.decoding.relaxed`). Each call returns a
+run as ``glance.experiments.results`` reads it, plus end-to-end time and draft time.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-__all__ = ["Models", "Prompt", "assisted", "diverge", "divergence_summary", "run_row", "summarise"]
+__all__ = ["Models", "Prompt", "diverge", "divergence_summary", "run_row", "summarise"]
 
 
 @dataclass(frozen=True)
@@ -49,18 +49,16 @@ def run_row(row: str, models: Models, prompt: Prompt, budget: int | None = None)
     end-to-end ``wall_ms``, tau's counts and the mean draft time per round
     (at ``models.budget``, or ``budget``)."""
     import glance
-    from glance.baselines import dflash_generate
-    from glance.eagle import EagleDrafter
+    from glance.drafters.eagle import EagleDrafter
+    from glance.drafters.small import SmallModelDrafter
+    from glance.experiments.baselines import dflash_generate
 
     target, head = models.target, models.head
     ids, positions, max_new, stops = prompt.ids, prompt.positions, prompt.max_new, prompt.stops
     kw = dict(positions=positions, stop_token_ids=stops, return_stats=True)
     start = time.perf_counter()
-    if row in ("dflash_chain", "two_model"):
-        if row == "dflash_chain":
-            new, (committed, rounds) = dflash_generate(head, target, ids, positions, max_new, stops)
-        else:
-            new, (committed, rounds) = assisted(models, prompt)
+    if row == "dflash_chain":
+        new, (committed, rounds) = dflash_generate(head, target, ids, positions, max_new, stops)
         wall = (time.perf_counter() - start) * 1e3
         return {
             "ids": new,
@@ -73,6 +71,9 @@ def run_row(row: str, models: Models, prompt: Prompt, budget: int | None = None)
         }
     if row == "greedy":
         out, stats = glance.greedy_generate(target, ids, max_new, **kw)
+    elif row == "two_model":
+        drafter = SmallModelDrafter(models.assistant, positions, models.depth)
+        out, stats = glance.generate(drafter, target, ids, max_new, budget=models.depth, **kw)
     else:
         drafter = head
         if row == "eagle":
@@ -101,30 +102,9 @@ def run_row(row: str, models: Models, prompt: Prompt, budget: int | None = None)
     }
 
 
-def assisted(models: Models, prompt: Prompt):
-    """Assisted generation: the new ids and ``(committed, rounds)``, a round
-    being one target call after the prefill (counted with a forward hook)."""
-    from glance.baselines import hf_generate
-
-    target, calls = models.target, []
-    hook = target.register_forward_hook(lambda *_: calls.append(1))
-    try:
-        new = hf_generate(
-            target,
-            prompt.ids,
-            prompt.positions,
-            prompt.max_new,
-            prompt.stops,
-            assistant_model=models.assistant,
-        )
-    finally:
-        hook.remove()
-    return new, (len(new) - 1, len(calls) - 1)
-
-
 def diverge(models: Models, prompt: Prompt, runs: dict, lossy) -> None:
     """Annotate the latest run of each lossy row with where it left greedy."""
-    from glance.relaxed import first_divergence
+    from glance.decoding.relaxed import first_divergence
 
     greedy = runs["greedy"][-1]["ids"]
     for row in lossy:
@@ -149,10 +129,10 @@ def divergence_summary(calls: list[dict]) -> dict:
 
 
 def summarise(runs: dict, seed: int, resamples: int, lossy: set) -> dict:
-    """Per row: the summary of ``glance.results``; GLANCE against EAGLE and
+    """Per row: the summary of ``glance.experiments.results``; GLANCE against EAGLE and
     dflash's chain, tau and speed, each with a paired interval."""
-    from glance.metrics import drop_warmup
-    from glance.results import speed_ratio, system_summary, tau_ratio
+    from glance.core.metrics import drop_warmup
+    from glance.experiments.results import speed_ratio, system_summary, tau_ratio
 
     m = {row: list(drop_warmup(calls)) for row, calls in runs.items()}
     wall = {row: [{**c, "ms": c["wall_ms"]} for c in calls] for row, calls in m.items()}

@@ -7,7 +7,7 @@ One round of :func:`generate`, with ``L`` tokens in the target's cache and the
 last committed token (the *root*) at sequence index ``L``:
 
 1. one head pass over ``[root, MASK x depth]`` with the new context features;
-2. each offset's top-``branch_k`` log-probs become a budget tree (``glance.tree``);
+2. each offset's top-``branch_k`` log-probs become a budget tree (``glance.core.tree``);
 3. one target pass over ``[root, nodes]`` with the ancestor-only mask and
    positions ``L + depth``;
 4. the walk commits the longest path the target itself takes, plus the target's
@@ -16,15 +16,15 @@ last committed token (the *root*) at sequence index ``L``:
 6. the verify pass's hidden states at root + accepted nodes are the next
    round's context features.
 
-The round is made of parts, each usable alone: a :class:`~glance.drafter.Drafter`
+The round is made of parts, each usable alone: a :class:`~glance.drafters.protocol.Drafter`
 proposes (step 1); a planner turns the proposal into a tree with
-``glance.tree.search_tree`` and ``first_nodes`` (step 2, fixed or ``"auto"``
+``glance.core.tree.search_tree`` and ``first_nodes`` (step 2, fixed or ``"auto"``
 budget, plus the optional extension spliced in by the drafter); :func:`verify`
 runs the target pass on :func:`verify_inputs` (step 3); :func:`walk` picks the
-path (step 4) and :func:`commit` keeps it in the :class:`~glance.cache.KVCache`
+path (step 4) and :func:`commit` keeps it in the :class:`~glance.decoding.cache.KVCache`
 and hands its hidden states to the drafter (steps 5 and 6). :func:`speculate`
 runs them for any drafter; :func:`generate` and :func:`chain_generate` wrap a
-DFlash head in :class:`~glance.drafter.BlockDrafter`.
+DFlash head in :class:`~glance.drafters.block.BlockDrafter`.
 
 Timing (``timing=``): ``"decode_only"`` opens the clock after the prefill and
 after the first round's draft pass; ``"legacy"`` opens it before the prefill.
@@ -42,13 +42,14 @@ from dataclasses import asdict, dataclass, field, replace
 import numpy as np
 import torch
 
-from glance.budget import AUTO_SIZES, AcceptanceScale, VerifyCost, VerifyCosts, choose_budget
-from glance.cache import KVCache
-from glance.drafter import BlockDrafter, Drafter, TreeDrafter
-from glance.head import check_head_extends
-from glance.sampling import Sampling, Uniforms, draw
-from glance.tree import CandidateTree, accept_path, first_nodes, search_tree, tree_mask
-from glance.vl import StreamPositions, VisionPositions, text_config
+from glance.core.budget import AUTO_SIZES, AcceptanceScale, VerifyCost, VerifyCosts, choose_budget
+from glance.core.tree import CandidateTree, accept_path, first_nodes, search_tree, tree_mask
+from glance.decoding.cache import KVCache
+from glance.decoding.sampling import Sampling, Uniforms, draw
+from glance.drafters.block import BlockDrafter
+from glance.drafters.protocol import Drafter, TreeDrafter
+from glance.heads.block import check_head_extends
+from glance.targets.vl import StreamPositions, VisionPositions, text_config
 
 __all__ = [
     "MAX_BUDGET",
@@ -336,7 +337,7 @@ def walk(tree: CandidateTree, logits: torch.Tensor, sampling: Sampling, uniforms
     Each row's choice is the target's own: its argmax, or a draw with the
     uniform of the row's depth (the walk reaches a node at depth ``d`` as its
     ``d``-th step). The walk follows the choices from the root while a child
-    carries them; see ``glance.sampling`` for why that is exact.
+    carries them; see ``glance.decoding.sampling`` for why that is exact.
     """
     if uniforms is None:
         choice = logits.argmax(dim=-1).cpu().numpy()
@@ -376,7 +377,7 @@ class Options:
     many nodes past the block per round, at most ``MAX_BUDGET``.
     ``return_stats``: also return :class:`Stats`. ``accept``: ``"exact"`` (the
     lossless walk, the default) or, by name only, one of the LOSSY rules of
-    ``glance.relaxed.RULES`` (greedy only), whose output is not the target's.
+    ``glance.decoding.relaxed.RULES`` (greedy only), whose output is not the target's.
     """
 
     max_new_tokens: int
@@ -406,7 +407,7 @@ class Options:
         if self.timing not in TIMINGS:
             raise ValueError(f"timing must be one of {TIMINGS}; got {self.timing!r}")
         if self.accept != "exact":
-            from glance.relaxed import RULES
+            from glance.decoding.relaxed import RULES
 
             if self.accept not in RULES:
                 raise ValueError(
@@ -460,7 +461,7 @@ def greedy_generate(
 ):
     """Plain autoregression with a KV cache: the oracle. Greedy at temperature
     0; otherwise one draw per token from the processed distribution
-    (``glance.sampling``), with uniforms from ``generator``.
+    (``glance.decoding.sampling``), with uniforms from ``generator``.
 
     Returns ``(1, n + new)`` token ids (prompt included) on the CPU, and with
     ``return_stats`` also :class:`Stats` with one round per token.
@@ -566,7 +567,7 @@ def measure_verify_cost(target, cache: KVCache, at: Cursor, repeats: int = 3) ->
     pass, so the request's output is untouched. Each size takes the fastest of
     ``repeats`` passes over a flat tree of copies of the root (the mask's shape,
     not its content, sets the cost). ``budget="auto"`` calls it once per
-    target, device and dtype of a :class:`~glance.budget.VerifyCosts` book.
+    target, device and dtype of a :class:`~glance.core.budget.VerifyCosts` book.
     """
     clock = Clock(target.device)
     times = []
@@ -633,10 +634,10 @@ def speculate(
     generator=None,
     costs: VerifyCosts | None = None,
 ):
-    """Speculative decoding with any :class:`~glance.drafter.Drafter`: per
+    """Speculative decoding with any :class:`~glance.drafters.protocol.Drafter`: per
     round, propose, plan a tree, verify it, walk, commit. Lossless: at
     temperature 0 the output is the target's greedy output, and otherwise an
-    exact sample (``glance.sampling``). ``costs`` keeps ``budget="auto"``'s
+    exact sample (``glance.decoding.sampling``). ``costs`` keeps ``budget="auto"``'s
     measured verify costs between calls (a fresh book measures anew).
 
     Returns what :func:`generate` returns.
@@ -706,7 +707,7 @@ def _check_drafter(drafter, options: Options) -> None:
 
 def _relaxed(rule: str):
     """A lossy walk with :func:`walk`'s signature (greedy only)."""
-    from glance.relaxed import relaxed_walk
+    from glance.decoding.relaxed import relaxed_walk
 
     return lambda tree, logits, sampling, uniforms: relaxed_walk(tree, logits, rule)
 
@@ -753,11 +754,11 @@ def generate(
     accept: str = "exact",
 ):
     """Decode with a budget tree per round; at temperature 0, exactly greedy,
-    and otherwise an exact sample of the target (see ``glance.sampling``).
+    and otherwise an exact sample of the target (see ``glance.decoding.sampling``).
 
     Args:
         head: a ``dflash.DFlashDraftModel`` that fits ``target``, or any
-            :class:`~glance.drafter.Drafter` or `~glance.drafter.TreeDrafter`
+            :class:`~glance.drafters.protocol.Drafter` or `~glance.drafters.protocol.TreeDrafter`
             (then ``branch_k`` is its own).
         target: the frozen target model.
         input_ids: ``(1, n)`` prompt ids, ``torch.int64`` or ``torch.int32``
@@ -766,10 +767,10 @@ def generate(
         budget: tree nodes verified per round (besides the root), ``1..MAX_BUDGET``
             (4095; larger raises ``ValueError`` before anything is allocated); or
             ``"auto"``: each round picks its size from the target's measured
-            verify cost and the draft's expected gain (``glance.budget``).
+            verify cost and the draft's expected gain (``glance.core.budget``).
         branch_k: candidates per block offset, ``>= 1``.
-        positions: :class:`~glance.vl.VisionPositions` for a VL prompt with an
-            image; ``None`` means :class:`~glance.vl.StreamPositions`.
+        positions: :class:`~glance.targets.vl.VisionPositions` for a VL prompt with an
+            image; ``None`` means :class:`~glance.targets.vl.StreamPositions`.
         stop_token_ids: the output ends right after the first of these.
         timing: ``"decode_only"`` or ``"legacy"`` (see the module docstring).
         return_stats: also return :class:`Stats`.
@@ -786,11 +787,11 @@ def generate(
             pass with the head's own argmax spine revealed, and hung off the
             spine's leaf. Needs a head trained with a variable mask span
             (``HeadConfig.mask_span``).
-        costs: a :class:`~glance.budget.VerifyCosts` book that keeps
+        costs: a :class:`~glance.core.budget.VerifyCosts` book that keeps
             ``budget="auto"``'s measured verify costs across calls; without it
             each call measures them again.
         accept: ``"exact"`` (lossless). Any other value must name a LOSSY rule
-            of ``glance.relaxed.RULES``; its output is not the target's.
+            of ``glance.decoding.relaxed.RULES``; its output is not the target's.
 
     Returns:
         ``(1, n + new)`` token ids on the CPU, prompt included; with

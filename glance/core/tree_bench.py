@@ -1,12 +1,12 @@
-"""Benchmarks that print numbers. Run ``python -m glance.bench --help``.
+"""Benchmarks that print numbers. Run ``python -m glance.core.tree_bench --help``.
 
 ``tree`` (the only one): the host-side cost of one round's candidate tree, i.e.
-:func:`glance.tree.build_budget_tree` followed by :func:`glance.tree.tree_mask`,
+:func:`glance.core.tree.build_budget_tree` followed by :func:`glance.core.tree.tree_mask`,
 on synthetic block drafts, with the compiled kernel and, as the baseline in the
 same run, the pure-Python reference. Needs numpy only.
 
 Where a decoding round's time goes on a tiny model is measured by
-``python -m glance.testing.bench`` (it needs the test doubles).
+``python -m glance.testing.round_bench`` (it needs the test doubles).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import time
 
 import numpy as np
 
-from glance.tree import build_budget_tree, tree_mask
+from glance.core.tree import build_budget_tree, tree_mask
 
 #: (D, k, budget) settings the tree benchmark reports.
 TREE_SETTINGS = ((15, 8, 63), (15, 10, 255))
@@ -51,9 +51,9 @@ def time_calls(fn, args_list, repeats: int) -> np.ndarray:
 
 
 def bench_tree(repeats: int, seed: int) -> None:
-    import glance.tree
+    import glance.core.tree
 
-    kernel = glance.tree._ctree
+    kernel = glance.core.tree._ctree
     print(f"candidate tree: build_budget_tree + tree_mask, {repeats} calls per setting")
     print(f"implementation: {'compiled glance._ctree' if kernel else 'pure Python (no kernel)'}")
     print(
@@ -75,11 +75,11 @@ def bench_tree(repeats: int, seed: int) -> None:
         )
         mask = time_calls(tree_mask, [(t,) for t in trees], repeats) * 1e6
         # The pure-Python reference, in the same run, as the baseline of the ratio.
-        glance.tree._ctree = None
+        glance.core.tree._ctree = None
         try:
             python = time_calls(both, drafts, max(repeats // 5, 1)) * 1e6
         finally:
-            glance.tree._ctree = kernel
+            glance.core.tree._ctree = kernel
         mean_depth = np.mean([t.depths.max() for t in trees])
         print(
             f"{depth:>3} {k:>3} {budget:>6} {np.median(total):>10.1f} "
@@ -91,7 +91,7 @@ def bench_tree(repeats: int, seed: int) -> None:
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(
-        prog="python -m glance.bench",
+        prog="python -m glance.core.tree_bench",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -1,6 +1,6 @@
 """Where a decoding round's time goes, on a tiny random Qwen3-VL target.
 
-``python -m glance.testing.bench`` prints, for a random DFlash head and for an
+``python -m glance.testing.round_bench`` prints, for a random DFlash head and for an
 :class:`~glance.testing.OracleHead` that drafts the greedy text with some
 corrupted offsets: tau, the draft pass, the tree build, the verify pass, the
 walk with cache compaction, the host share (everything but the two forward
@@ -20,7 +20,7 @@ def bench_decode(runs: int, new_tokens: int, budget: int, branch_k: int, seed: i
 
     import glance
     from glance import testing
-    from glance.vl import VisionPositions
+    from glance.targets.vl import VisionPositions
 
     torch.manual_seed(seed)
     target = testing.build_target("qwen3_vl", hidden=128, layers=4, dtype=torch.float32)
@@ -66,7 +66,9 @@ def bench_decode(runs: int, new_tokens: int, budget: int, branch_k: int, seed: i
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m glance.testing.bench", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m glance.testing.round_bench", description=__doc__
+    )
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--new-tokens", type=int, default=96)
     parser.add_argument("--budget", type=int, default=63)

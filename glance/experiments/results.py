@@ -83,7 +83,7 @@ def read_rounds(path, system: str = "glance", prompts: bool = False) -> tuple[np
 
 def system_summary(runs: list[dict], base: list[dict] | None, seed: int, resamples: int) -> dict:
     """Pooled figures of one system over the measured prompts (warm-up dropped)."""
-    from glance.metrics import paired_bootstrap, pooled_tau
+    from glance.core.metrics import paired_bootstrap, pooled_tau
 
     ms = [r["ms"] for r in runs]
     tokens = sum(r["new_tokens"] for r in runs)
@@ -105,7 +105,7 @@ def system_summary(runs: list[dict], base: list[dict] | None, seed: int, resampl
 def tau_ratio(tree: list[dict], chain: list[dict], seed: int, resamples: int) -> dict:
     """GLANCE's pooled tau over the chain's on the same prompts, with a paired
     bootstrap interval over prompts."""
-    from glance.metrics import paired_tau_ratio
+    from glance.core.metrics import paired_tau_ratio
 
     est = paired_tau_ratio(
         [r["committed"] for r in tree],
@@ -121,7 +121,7 @@ def tau_ratio(tree: list[dict], chain: list[dict], seed: int, resamples: int) ->
 def speed_ratio(chain: list[dict], tree: list[dict], seed: int, resamples: int) -> dict:
     """The chain's time over a tree row's on the same prompts (above 1: the tree
     is faster), with a paired bootstrap interval over prompts."""
-    from glance.metrics import paired_bootstrap
+    from glance.core.metrics import paired_bootstrap
 
     est = paired_bootstrap(
         [r["ms"] for r in chain],
@@ -136,8 +136,8 @@ def regime(measured: dict, rounds: list[dict], block: int) -> dict:
     """Where the task sits: answer lengths against the block, the target's mean
     root entropy (GLANCE's rounds), the chain's per-offset acceptance
     P(accept offset k | offset k reached), and the highest tau the answer
-    lengths allow (:func:`glance.metrics.tau_ceiling`)."""
-    from glance.metrics import offset_acceptance, tau_ceiling
+    lengths allow (:func:`glance.core.metrics.tau_ceiling`)."""
+    from glance.core.metrics import offset_acceptance, tau_ceiling
 
     lengths = [r["new_tokens"] for r in measured["ar"]]
     glance_rounds = [r for r in rounds if r["system"] == "glance"]

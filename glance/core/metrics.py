@@ -8,8 +8,8 @@
    prompts differ in how many rounds they take.
 3. **Ratios.** A speedup is a ratio within one system: a method's time against
    the same system's own autoregressive baseline, measured in the same run
-   (:func:`speedup`, :func:`paired_bootstrap`). Speedups of several tasks
-   combine by geometric mean (:func:`geometric_mean`), never arithmetic.
+   (:func:`paired_bootstrap`), the ratio of total times. Speedups of several
+   tasks combine by geometric mean, never arithmetic.
 """
 
 from __future__ import annotations
@@ -23,10 +23,8 @@ from scipy import stats
 __all__ = [
     "RatioEstimate",
     "drop_warmup",
-    "geometric_mean",
     "paired_bootstrap",
     "pooled_tau",
-    "speedup",
 ]
 
 
@@ -68,28 +66,6 @@ def pooled_tau(committed, rounds) -> float:
     if r.sum() == 0:
         raise ValueError("pooled_tau needs at least one round")
     return float(c.sum() / r.sum())
-
-
-def speedup(baseline_times, method_times) -> float:
-    """Speedup of a method over its baseline on the same prompts.
-
-    The ratio of total times, ``sum(baseline) / sum(method)``: how much faster
-    the method decodes the whole workload. Inputs are per-prompt times after the
-    warm-up is dropped.
-    """
-    b = _vector("baseline_times", baseline_times, positive=True)
-    m = _vector("method_times", method_times, positive=True)
-    if b.shape != m.shape:
-        raise ValueError(f"baseline and method times must be paired; got {b.shape} and {m.shape}")
-    return float(b.sum() / m.sum())
-
-
-def geometric_mean(ratios) -> float:
-    """Combine per-task speedups: ``exp(mean(log r))``."""
-    r = _vector("ratios", ratios, positive=True)
-    if r.shape[0] == 0:
-        raise ValueError("geometric_mean needs at least one ratio")
-    return float(stats.gmean(r))
 
 
 @dataclass(frozen=True)
@@ -243,13 +219,3 @@ def tau_ceiling(new_tokens, block: int) -> float:
     new token comes from the prefill, as in the decoders, and is not a round's."""
     n = _vector("new_tokens", new_tokens) - 1
     return float(n.sum() / np.ceil(n / block).sum())
-
-
-def audit_verdict(greedy, control, others: dict) -> str:
-    """One prompt's audit verdict: ``"equal"`` when every decoder in
-    ``others`` reproduced ``greedy``; otherwise ``"control_differs"`` when a
-    second greedy run (``control``) differs too (the arithmetic is not
-    deterministic here, so no decoder can be blamed), else ``"MISMATCH"``."""
-    if any(o != greedy for o in others.values()):
-        return "control_differs" if control != greedy else "MISMATCH"
-    return "equal"

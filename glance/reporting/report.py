@@ -282,7 +282,7 @@ def law_panel(plt, law: dict, cap: int, path, meta: dict | None = None) -> None:
     """Panel (a): mean accepted length per entropy decile, one curve per task,
     the pooled law's curve and the ceiling's bin means, entropy on a log axis
     (rounds at H = 0 drawn at ``floor``)."""
-    from glance.law import DraftabilityLaw
+    from glance.core.law import DraftabilityLaw
 
     floor = 1e-4
     fig, ax = plt.subplots(figsize=(6, 4.2))

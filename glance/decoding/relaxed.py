@@ -1,6 +1,6 @@
 """Lossy acceptance rules for the tree walk: the "relaxed heads" arm.
 
-:func:`glance.decode.walk` accepts a drafted token only when it is the target's
+:func:`glance.decoding.loop.walk` accepts a drafted token only when it is the target's
 own choice, which is why speculative decoding there is lossless. The rules here
 accept more, and are named so that nobody takes them for the default:
 
@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from glance.tree import CandidateTree
+from glance.core.tree import CandidateTree
 
 __all__ = ["RULES", "first_divergence", "relaxed_walk"]
 
@@ -41,7 +41,7 @@ def _allowed(logits, rule: str):
     ``rule`` accepts there (``-1`` pads rows with fewer)."""
     import torch  # here, so that the rule names import without torch
 
-    choice = logits.argmax(dim=-1, keepdim=True)  # as glance.decode.walk picks it
+    choice = logits.argmax(dim=-1, keepdim=True)  # as glance.decoding.loop.walk picks it
     vocab = logits.shape[-1]
     if rule in _TOP_K:
         ok = logits.topk(min(_TOP_K[rule], vocab), dim=-1).indices
@@ -64,7 +64,7 @@ def relaxed_walk(tree: CandidateTree, logits, rule: str):
         rule: ``"top2"``, ``"top3"`` or ``"p30"`` (see the module docstring).
 
     Returns:
-        ``(path, bonus)`` as :func:`glance.decode.walk` returns them: ``path``
+        ``(path, bonus)`` as :func:`glance.decoding.loop.walk` returns them: ``path``
         the int64 array of accepted node indices, root to leaf, and ``bonus``
         the target's argmax at the last accepted row (row 0 for an empty path).
 
@@ -115,7 +115,7 @@ def first_divergence(target, input_ids, positions, reference, output) -> dict | 
     """
     import torch
 
-    from glance.vl import VisionPositions
+    from glance.targets.vl import VisionPositions
 
     n = min(len(reference), len(output))
     i = next((j for j in range(n) if reference[j] != output[j]), n)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 
 from glance._weights import check_config_dtype
-from glance.vl import text_config
+from glance.targets.vl import text_config
 
 __all__ = [
     "check_head_extends",

@@ -15,7 +15,7 @@ Index conventions used throughout:
   ``i`` is row ``i + 1`` of the mask and of the target's outputs.
 
 This module needs numpy only, so trees can be built and inspected with no model.
-The search and the mask run in a small compiled kernel (``glance._ctree``) when
+The search and the mask run in a small compiled kernel (``glance.core._ctree``) when
 the install built it, and in the pure-Python reference below otherwise; both give
 the same trees and masks, bit for bit, and the tests check that they do.
 """
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 try:
-    from glance import _ctree
+    from glance.core import _ctree
 except ImportError:  # built without a C compiler: the Python reference is used
     _ctree = None
 
@@ -261,7 +261,7 @@ def _tree_size(depth_max: int, branch_k: int, budget: int) -> int:
 
 def _best_first(rows: list[list[float]], size: int):
     """The reference search: the ``size`` best nodes, as (parents, depths, ranks,
-    negated scores) arrays. ``glance._ctree.best_first`` is its compiled twin."""
+    negated scores) arrays. ``glance.core._ctree.best_first`` is its compiled twin."""
     # Best-first search over the implicit tree of all paths. Heap entries are
     # (-score, depth, parent index, rank): unique per node, and ordered exactly
     # by the documented tie-break. A node's next-ranked sibling is pushed only

@@ -1,5 +1,5 @@
-/* Compiled kernels for glance.tree: the best-first budget search and the
- * ancestor-visibility matrix. glance.tree holds the reference Python versions,
+/* Compiled kernels for glance.core.tree: the best-first budget search and the
+ * ancestor-visibility matrix. glance.core.tree holds the reference Python versions,
  * which give the same results; it validates every input before calling here.
  *
  * Uses the buffer protocol only, so it builds without numpy headers.
@@ -17,7 +17,7 @@ typedef struct {
     int64_t rank;
 } entry;
 
-/* The order of glance.tree's heap tuples (neg, depth, parent, rank). */
+/* The order of glance.core.tree's heap tuples (neg, depth, parent, rank). */
 static int before(const entry *a, const entry *b)
 {
     if (a->neg != b->neg) return a->neg < b->neg;
@@ -224,7 +224,7 @@ done:
 }
 
 /* accept(parents, depths, tokens, target_next) -> list of node indices: the
- * longest accepted path, as glance.tree.accept_path defines it (the deepest
+ * longest accepted path, as glance.core.tree.accept_path defines it (the deepest
  * accepted node, the lowest index among equals, then up to the root). All
  * int64; target_next has N+1 entries. */
 static PyObject *accept(PyObject *self, PyObject *args)
@@ -280,17 +280,17 @@ done:
 }
 
 static PyMethodDef methods[] = {
-    {"best_first", best_first, METH_VARARGS, "Best-first budget search (see glance.tree)."},
+    {"best_first", best_first, METH_VARARGS, "Best-first budget search (see glance.core.tree)."},
     {"ancestor_visible", ancestor_visible, METH_VARARGS,
-     "Ancestor-visibility matrix of a parents-first tree (see glance.tree)."},
+     "Ancestor-visibility matrix of a parents-first tree (see glance.core.tree)."},
     {"additive_mask", additive_mask, METH_VARARGS,
-     "The verify pass's additive mask, past columns included (see glance.tree)."},
-    {"accept", accept, METH_VARARGS, "The longest accepted path (see glance.tree)."},
+     "The verify pass's additive mask, past columns included (see glance.core.tree)."},
+    {"accept", accept, METH_VARARGS, "The longest accepted path (see glance.core.tree)."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "glance._ctree", "Compiled kernels for glance.tree.", -1, methods,
+    PyModuleDef_HEAD_INIT, "glance._ctree", "Compiled kernels for glance.core.tree.", -1, methods,
 };
 
 PyMODINIT_FUNC PyInit__ctree(void) { return PyModule_Create(&module); }

@@ -262,7 +262,7 @@ def load_processor(
         if name not in PROCESSORS:
             raise ValueError(
                 f"{local}: processor_class {name!r} is neither in transformers nor registered "
-                "with glance.vl.register_processor (the toy world's registers when "
+                "with glance.targets.vl.register_processor (the toy world's registers when "
                 "glance.toy.world is imported)"
             )
         processor_cls = PROCESSORS[name]()

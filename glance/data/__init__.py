@@ -1,0 +1,1 @@
+"""Task files and the benchmark datasets they come from."""

@@ -1,0 +1,1 @@
+"""Tables and figures from the pipeline's result files."""

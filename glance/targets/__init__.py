@@ -1,0 +1,1 @@
+"""Loading vision-language targets and their processors, and their positions."""

@@ -1,0 +1,1 @@
+"""Training draft heads on a target's features."""

@@ -1,0 +1,207 @@
+"""Training the EAGLE-style head with EAGLE-3's training-time test (see
+:mod:`glance.heads.eagle`).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from glance.heads.block import embeddings, lm_head
+from glance.heads.eagle import build_eagle_head
+
+__all__ = ["EagleTrainConfig", "eagle_loss", "train_eagle_head", "ttt_steps"]
+
+
+@dataclass(frozen=True)
+class EagleTrainConfig:
+    """Training settings. ``rows`` sequences per step, each contributing a
+    window of ``window`` consecutive anchors, unrolled ``ttt`` draft steps
+    with loss weight ``decay ** j`` at step ``j``."""
+
+    steps: int = 1500
+    rows: int = 16
+    window: int = 16
+    ttt: int = 7
+    decay: float = 0.8
+    lr: float = 2e-3
+    warmup: int = 50
+    weight_decay: float = 0.01
+    seed: int = 0
+    layer_ids: tuple[int, ...] | None = None
+
+
+def _row_batch(head, rows, window: int, ttt: int):
+    """End-padded tensors for rows ``(features (L, F), ids (L,), start)``:
+    ``(features, ids, valid ids, anchors)``."""
+    param = next(head.parameters())
+    P = max(start + window for _, _, start in rows)
+    R, width = len(rows), P + ttt + 2
+    feats = torch.zeros(R, P, rows[0][0].shape[1], dtype=param.dtype)
+    ids_all = torch.zeros(R, width, dtype=torch.long)
+    valid = torch.zeros(R, width, dtype=torch.bool)
+    for r, (f, ids, _) in enumerate(rows):
+        n, m = min(P, f.shape[0]), min(width, ids.shape[0])
+        feats[r, :n] = f[:n].to(param.dtype)
+        ids_all[r, :m], valid[r, :m] = ids[:m], True
+    anchors = torch.stack([torch.arange(s, s + window) for _, _, s in rows])
+    return tuple(t.to(param.device) for t in (feats, ids_all, valid, anchors))
+
+
+def ttt_steps(head, target, rows, window: int, ttt: int):
+    """The training-time test over ``rows`` (``(features, ids, start)`` per
+    row; anchors ``start .. start + window - 1``): yields ``(j, logits,
+    labels, ok)`` for draft steps ``j = 0 .. ttt - 1``, each ``(R, W, ...)``.
+
+    Step 0 runs the head causally over positions ``0 .. max end`` (the
+    target's features, each with the token after it) and predicts the token
+    two ahead at each anchor. Step ``j`` feeds each anchor's step ``j - 1``
+    output with the true token ``anchor + j + 1`` at position ``anchor + j``,
+    attending to step 0 at positions ``<= anchor`` and to its own anchor's
+    earlier steps, as :class:`EagleDrafter` attends at depth ``j + 1``, and
+    predicts ``anchor + j + 2``. ``ok`` is False past a sequence's end.
+    """
+    feats, ids, valid, anchors = _row_batch(head, rows, window, ttt)
+    embed, output = embeddings(target), lm_head(target)
+    R, P = feats.shape[:2]
+    W = anchors.shape[1]
+    device = feats.device
+    pos0 = torch.arange(P, device=device)[None].expand(R, P)
+    # Rows are padded at the end, so a causal pass never lets a real position
+    # see padding, and SDPA can take its fused causal path.
+    out0, k0, v0 = head.step(head.fuse(feats), embed(ids[:, 1 : P + 1]), pos0, None, "causal")
+    hidden = out0.gather(1, anchors[..., None].expand(R, W, out0.shape[-1]))
+    sees0 = pos0[:, None, :] <= anchors[..., None]  # (R, W, P)
+    eye = torch.eye(W, dtype=torch.bool, device=device)[None].expand(R, W, W)
+    keys, values = [k0], [v0]
+    for j in range(ttt):
+        if j > 0:
+            past = (torch.cat(keys, dim=2), torch.cat(values, dim=2))
+            visible = torch.cat([sees0] + [eye] * j, dim=2)
+            tok = embed(ids.gather(1, anchors + j + 1))
+            hidden, k, v = head.step(hidden, tok, anchors + j, past, visible)
+            keys.append(k)
+            values.append(v)
+        label_at = anchors + j + 2
+        ok = valid.gather(1, label_at)
+        if not bool(ok.any()):
+            return
+        yield j, head.logits(hidden, output).float(), ids.gather(1, label_at), ok
+
+
+def eagle_loss(head, target, rows, window: int, ttt: int, decay: float) -> torch.Tensor:
+    """The training loss: each step's mean cross-entropy over valid labels
+    (:func:`ttt_steps`), weighted ``decay ** j`` and normalised by the weights."""
+    total, weight = 0.0, 0.0
+    for j, logits, labels, ok in ttt_steps(head, target, rows, window, ttt):
+        nll = F.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), reduction="none"
+        )
+        okf = ok.reshape(-1).float()
+        total = total + decay**j * (nll * okf).sum() / okf.sum()
+        weight += decay**j
+    return total / weight
+
+
+def _windows(data, count: int, window: int, rng: np.random.Generator):
+    """``count`` rows: a sequence drawn at random and a window start inside
+    its response (anchor ``a`` needs the token at ``a + 2``)."""
+    rows = []
+    for i in rng.integers(len(data), size=count):
+        f, ids, prompt_len = data[int(i)]
+        low, high = prompt_len - 1, ids.shape[0] - 3
+        start = int(rng.integers(low, max(low, high - window + 2) + 1))
+        rows.append((f, ids, start))
+    return rows
+
+
+def train_eagle_head(
+    target, sequences, cfg: EagleTrainConfig, *, heldout=(), eval_every=250, progress: bool = True
+):
+    """Train an :class:`EagleHead` on ``sequences`` (``glance.training.block.Sequence``,
+    the target's own answers, the same corpus the block head trains on).
+
+    Returns ``(head, log)`` with the head in eval mode; deterministic for a
+    seed on one machine. With ``heldout`` sequences, ``log["heldout_curve"]``
+    holds ``[step, loss]`` pairs on fixed windows never trained on.
+    """
+    import os
+
+    from tqdm import tqdm
+
+    from glance.training.block import lr_at, optimizer_step, sequence_features
+
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    was = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        target.requires_grad_(False)
+        head = build_eagle_head(target, cfg.layer_ids, cfg.seed)
+        ids = head.target_layer_ids
+        start = time.perf_counter()
+
+        def table(seqs):
+            rows = [
+                (sequence_features(target, s, ids).cpu(), s.input_ids, s.prompt_len) for s in seqs
+            ]
+            return [r for r in rows if r[1].shape[0] - r[2] >= 2]
+
+        data = table(tqdm(sequences, desc="eagle features", disable=not progress))
+        if not data:
+            raise ValueError("train_eagle_head: no sequence has two response tokens")
+        probe_rng = np.random.default_rng([cfg.seed, 7])
+        probe = [_windows([r], 1, cfg.window, probe_rng)[0] for r in table(heldout)]
+        feature_seconds = time.perf_counter() - start
+        rng = np.random.default_rng(cfg.seed)
+        torch.manual_seed(cfg.seed)
+        head.train()
+        optim = torch.optim.AdamW(
+            head.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.95)
+        )
+        losses, curve = [], []
+
+        def evaluate(step):
+            if probe:
+                head.eval()
+                with torch.no_grad():
+                    values = [
+                        eagle_loss(head, target, [r], cfg.window, cfg.ttt, cfg.decay).item()
+                        for r in probe
+                    ]
+                curve.append([step, float(np.mean(values))])
+                head.train()
+
+        bar = tqdm(range(cfg.steps), desc="train eagle head", disable=not progress)
+        for step in bar:
+            loss = eagle_loss(
+                head,
+                target,
+                _windows(data, cfg.rows, cfg.window, rng),
+                cfg.window,
+                cfg.ttt,
+                cfg.decay,
+            )
+            losses.append(optimizer_step(optim, head, loss, lr_at(step, cfg)))
+            if step % 25 == 0:
+                bar.set_postfix(loss=f"{np.mean(losses[-25:]):.3f}")
+            if step % eval_every == 0:
+                evaluate(step)
+        evaluate(cfg.steps)
+    finally:
+        torch.use_deterministic_algorithms(was)
+    head.eval().requires_grad_(False)
+    log = {
+        "feature_seconds": feature_seconds,
+        "train_seconds": time.perf_counter() - start - feature_seconds,
+        "steps": cfg.steps,
+        "final_loss": float(np.mean(losses[-25:])),
+        "parameters": sum(p.numel() for p in head.parameters()),
+        "target_layer_ids": head.target_layer_ids,
+    }
+    if curve:
+        log["heldout_curve"] = curve
+    return head, log
