@@ -34,7 +34,13 @@ _LAZY = {
 }
 
 
+#: submodules reachable as attributes, imported on first access
+_SUBMODULES = ("tree", "vl")
+
+
 def __getattr__(name: str):
+    if name in _SUBMODULES:
+        return importlib.import_module(f"glance.{name}")
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'glance' has no attribute {name!r}")
@@ -44,4 +50,4 @@ def __getattr__(name: str):
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+    return sorted(set(globals()) | set(_LAZY) | set(_SUBMODULES))

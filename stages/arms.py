@@ -48,21 +48,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from glance.experiments.arms import Models, Prompt, diverge, run_row, summarise
-from glance.experiments.gate import check_lossless
 from glance.targets.vl import stop_ids
-from stages.common import (
-    app,
-    filler,
-    load_head,
-    load_target,
-    log,
-    numerics_record,
-    prompt_inputs,
-    setup,
-    task_by_name,
-    task_records,
-    write_set,
-)
+from stages.common import app, load_target, log, numerics_record, setup, task_by_name, write_set
+from stages.inputs import filler, prompt_inputs, task_records
+from stages.prompts import gate, load_head
 
 #: rows that go through GLANCE's verify and walk: any output that differs
 #: from greedy fails the stage (``glance.experiments.gate.check_lossless``)
@@ -111,8 +100,12 @@ def load_models(cfg, target) -> Models:
 def main(cfg) -> None:
     from tqdm import tqdm
 
+    from glance.decoding.relaxed import RULES
     from glance.reporting.report import arms_markdown, arms_panel
 
+    for i, rule in enumerate(cfg.arms.rules):  # before any model loads
+        if rule not in RULES:
+            raise SystemExit(f"arms.rules[{i}]: expected one of {RULES}; got {rule!r}")
     setup(cfg)
     a = cfg.arms
     target, processor = load_target(cfg)
@@ -154,7 +147,7 @@ def main(cfg) -> None:
             for row in rows:
                 runs[row].append(run_row(row, models, prompt))
             where = f"arms {name}@context{context}, prompt {i}"
-            check_lossless(
+            gate(
                 dict.fromkeys(GATED, "greedy"),
                 runs,
                 where,

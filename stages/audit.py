@@ -35,26 +35,19 @@ from omegaconf import open_dict
 
 from glance.experiments.gate import VERDICTS, first_difference, verdict
 from glance.targets.vl import stop_ids
-from stages.common import (
-    app,
-    budget,
+from stages.common import app, load_target, log, numerics_record, setup, task_by_name, write_json
+from stages.decode import inputs_digest
+from stages.inputs import prompt_inputs, task_records
+from stages.prompts import (
     decode_settings,
     extend_row,
     load_head,
-    load_target,
-    log,
-    numerics_record,
-    prompt_inputs,
     read_outputs,
     sampling_kwargs,
-    setup,
-    task_by_name,
-    task_records,
     token_recipe,
     verify_costs,
-    write_json,
 )
-from stages.decode import inputs_digest
+from stages.schema import budget
 
 
 def plan(settings: dict, sweep_budgets, temperatures, extend: int, auto: bool) -> dict:

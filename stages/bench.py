@@ -37,21 +37,9 @@ import numpy as np
 
 from glance.experiments.baselines import dflash_generate, hf_generate
 from glance.targets.vl import stop_ids
-from stages.common import (
-    app,
-    decode_settings,
-    extend_row,
-    load_head,
-    load_target,
-    log,
-    numerics_record,
-    prompt_inputs,
-    setup,
-    task_by_name,
-    task_records,
-    verify_costs,
-    write_set,
-)
+from stages.common import app, load_target, log, numerics_record, setup, task_by_name, write_set
+from stages.inputs import prompt_inputs, task_records
+from stages.prompts import decode_settings, extend_row, load_head, verify_costs
 
 ROWS = (
     "hf_greedy",

@@ -41,26 +41,18 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from glance.experiments.gate import check_lossless
 from glance.targets.vl import stop_ids
-from stages.common import (
-    app,
+from stages.common import app, load_target, log, numerics_record, setup, task_config, write_json
+from stages.inputs import filler, prompt_inputs, task_records
+from stages.prompts import (
     check_context,
     decode_settings,
     extend_row,
-    filler,
+    gate,
     load_head,
-    load_target,
-    log,
-    numerics_record,
-    prompt_inputs,
     sampling_kwargs,
-    setup,
-    task_config,
-    task_records,
     token_recipe,
     verify_costs,
-    write_json,
     write_outputs,
 )
 
@@ -124,7 +116,7 @@ def check_positions(cfg, settings: dict, processor, prompts: list, where: str) -
     """Exit naming ``where`` and the prompt when a prompt (filler included) and
     ``max_new_tokens`` do not fit the target's positions; runs before any
     decoding. ``prompts`` are the prompts' input ids."""
-    from stages.common import target_positions
+    from stages.prompts import target_positions
 
     limit = target_positions(cfg)
     if limit is None:
@@ -232,7 +224,7 @@ def main(cfg) -> None:
             _, t, kind = systems[base]
             return decode_one(kind, t, i, ids, kw)[0][0, ids.shape[1] :].tolist()
 
-        check_lossless(
+        gate(
             {s: base for s, (base, _, _) in systems.items()},
             runs,
             f"decode {task.name}, prompt {i}",

@@ -30,7 +30,7 @@ def main(cfg) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from glance import report
+    from glance.reporting import report
 
     setup(cfg)
     results, figures = Path(cfg.paths.results), Path(cfg.paths.figures)

@@ -42,11 +42,12 @@ def check_lengths(cfg, data: Path, names, shown=None) -> str:
     from glance._io import checkpoint_path
     from glance.data.tasks import numbered_records
     from glance.targets.vl import load_processor
-    from stages.common import prompt_inputs, task_by_name
+    from stages.common import task_by_name
+    from stages.inputs import prompt_inputs
 
     t = cfg.target
     if t.source == "toy":
-        import glance.toy.world  # noqa: F401  (registers the toy processor)
+        import glance.toy.processor  # noqa: F401  (registers the toy processor)
     if t.get("retrain") or not t.path:
         return "not checked here: the target is trained after prepare"
     try:

@@ -326,11 +326,6 @@ def check_ranges(cfg: DictConfig) -> None:
     integer("arms.budget", cfg.arms.budget, 1, MAX_BUDGET)
     for i, b in enumerate(cfg.arms.budgets):
         integer(f"arms.budgets[{i}]", b, 1, MAX_BUDGET)
-    from glance.decoding.relaxed import RULES
-
-    for i, rule in enumerate(cfg.arms.rules):
-        if rule not in RULES:
-            _fail(f"arms.rules[{i}]", rule, f"one of {RULES}")
     for key in ("rows", "window", "ttt"):
         integer(f"arms.train.{key}", cfg.arms.train.get(key, 1), 1)
     for key, n in cfg.arms.assistant.size.items():

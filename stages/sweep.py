@@ -16,22 +16,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from glance.experiments.gate import check_lossless
 from glance.targets.vl import stop_ids
-from stages.common import (
-    app,
-    budget,
-    decode_settings,
-    load_head,
-    load_target,
-    numerics_record,
-    prompt_inputs,
-    setup,
-    task_config,
-    task_records,
-    verify_costs,
-    write_json,
-)
+from stages.common import app, load_target, numerics_record, setup, task_config, write_json
+from stages.inputs import prompt_inputs, task_records
+from stages.prompts import decode_settings, gate, load_head, verify_costs
+from stages.schema import budget
 
 #: the files the sweep writes to ``results/sweep/<task>``, as one set
 FILES = ("summary.json", "curve.csv")
@@ -94,7 +83,7 @@ def main(cfg) -> None:
             )
             if row == "auto" and i > 0:
                 auto_sizes += [r.tree_size for r in stats.rounds]
-        check_lossless(
+        gate(
             {r: None if r == "ar" else "ar" for r in rows},
             runs,
             f"sweep {task.name}, prompt {i}",

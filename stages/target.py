@@ -98,7 +98,8 @@ def main(cfg) -> None:
     def fill(tmp: Path) -> None:  # the record (and a retrained target), swapped in as one set
         if t.source == "toy":
             from glance.targets.vl import load_target
-            from glance.toy.world import TargetSize, TrainConfig, evaluate_target, train_target
+            from glance.toy.evaluate import evaluate_target
+            from glance.toy.world import TargetSize, TrainConfig, train_target
 
             train_log = None
             if t.retrain:

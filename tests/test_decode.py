@@ -336,7 +336,7 @@ def test_budget_must_be_positive_or_auto(world):
 def test_round_entropies_are_the_targets_at_each_root(world, monkeypatch):
     # Entropies are reduced in batches (and after the timed window); make the
     # batch small so that both the in-loop flush and the final one are exercised.
-    from glance import decode
+    from glance.decoding import loop as decode
 
     monkeypatch.setattr(decode._Entropies, "BATCH", 3)
     n = 12

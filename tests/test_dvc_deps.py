@@ -2,10 +2,14 @@
 
 Each stage's Python closure (its module, and everything under ``glance/`` and
 ``stages/`` that it imports, at module level or inside functions, plus the
-modules ``glance``'s lazy attributes load) must be covered by the stage's
-``deps``; so must the C kernel's source wherever ``glance.core.tree`` is imported.
-Otherwise an edit to an undeclared file leaves ``dvc status`` clean and the
-committed results stale.
+module behind each of ``glance``'s lazy attributes that it uses) must be
+covered by the stage's ``deps``; so must the C kernel's source wherever
+``glance.core.tree`` is imported. Otherwise an edit to an undeclared file leaves
+``dvc status`` clean and the committed results stale.
+
+The converse holds too: a stage's ``glance`` deps are exactly the subpackages
+(and top-level modules) its closure reaches, so that an edit to the decoding
+loop does not retrain a head.
 """
 
 from __future__ import annotations
@@ -31,15 +35,33 @@ def _module_files() -> dict[str, Path]:
     return out
 
 
+def _lazy() -> dict[str, str]:
+    """``glance``'s lazy attributes: name -> the module that defines it."""
+    tree = ast.parse((ROOT / "glance" / "__init__.py").read_text(encoding="utf-8"))
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "_LAZY":
+            return ast.literal_eval(node.value)
+    raise AssertionError("glance/__init__.py has no _LAZY table")
+
+
 def _imports(path: Path, modules: dict) -> set[str]:
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    found = set()
+    found, lazy = set(), _lazy()
     for node in ast.walk(tree):
         names = []
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module:
             names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            if node.module == "glance":  # `from glance import generate`
+                names += [lazy[a.name] for a in node.names if a.name in lazy]
+        elif (  # `glance.generate(...)`
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "glance"
+            and node.attr in lazy
+        ):
+            names = [lazy[node.attr]]
         for name in names:
             while (
                 name and name not in modules
@@ -49,8 +71,6 @@ def _imports(path: Path, modules: dict) -> set[str]:
                 found.add(name)
                 parts = name.split(".")  # importing a submodule runs its packages too
                 found |= {".".join(parts[:i]) for i in range(1, len(parts))}
-    if path.name == "__init__.py" and path.parent.name == "glance":  # the lazy attributes
-        found |= set(re.findall(r'"(glance\.[\w.]+)"', path.read_text(encoding="utf-8")))
     return found & set(modules)
 
 
@@ -89,6 +109,37 @@ def test_dvc_yaml_declares_every_file_a_stage_reads(name, module, deps):
     assert not missing, f"dvc.yaml stage {name!r} ({module}) reads undeclared {missing}"
     ignored = sorted(f for f in needed if _dvcignored(f))
     assert not ignored, f"stage {name!r} ({module}) reads {ignored}, which .dvcignore hides"
+
+
+def _unit(rel: str) -> str:
+    """What a stage declares for a file under ``glance/``: its subpackage's
+    folder, or the file itself when it sits at the top."""
+    parts = rel.split("/")
+    return "/".join(parts[:2]) if len(parts) > 2 else rel
+
+
+@pytest.mark.parametrize(("name", "module", "deps"), list(_stages()), ids=lambda x: str(x)[:20])
+def test_glance_deps_are_the_subpackages_a_stage_reaches(name, module, deps):
+    modules = _module_files()
+    needed = {modules[m].relative_to(ROOT).as_posix() for m in _closure(module, modules)}
+    units = {_unit(f) for f in needed if f.startswith("glance/")}
+    declared = {d.rstrip("/") for d in deps if d == "glance" or d.startswith("glance/")}
+    assert declared == units, (
+        f"stage {name!r} ({module}): glance deps {sorted(declared)}, "
+        f"but its imports reach {sorted(units)}"
+    )
+
+
+def test_a_change_to_the_decoding_loop_retrains_no_head():
+    # The target stage scores the target's greedy answers with glance's own
+    # greedy decoding, so it reruns; its outputs stay byte-identical when the
+    # decoder stays lossless, and DVC then leaves the heads alone.
+    modules = _module_files()
+    for name, module, deps in _stages():
+        if name in ("prepare", "seed_data", "head", "eagle_head", "assistant"):
+            reached = {modules[m].relative_to(ROOT).as_posix() for m in _closure(module, modules)}
+            assert "glance/decoding/loop.py" not in reached, name
+            assert not any(d.startswith("glance/decoding") or d == "glance" for d in deps), name
 
 
 def _dvcignored(rel: str) -> bool:

@@ -180,7 +180,7 @@ def test_law_fit_names_the_bad_round(entropy, accepted, match):
 
 @pytest.fixture(scope="module")
 def processor():
-    from glance.toy.world import build_processor
+    from glance.toy.processor import build_processor
 
     return build_processor()
 

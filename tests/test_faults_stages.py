@@ -195,7 +195,7 @@ def test_defect_05_an_unwritable_out_dir_is_refused_before_work(tmp_path):
 
 
 def test_defect_05_a_context_past_the_targets_positions_is_refused_at_once(tmp_path):
-    from stages.common import check_context
+    from stages.prompts import check_context
 
     target = tmp_path / "target"
     target.mkdir()

@@ -25,7 +25,7 @@ PATCH, MERGE, TEMPORAL = 16, 2, 2
 
 
 def _tokenizer():
-    from glance.toy.world import build_tokenizer
+    from glance.toy.processor import build_tokenizer
 
     return build_tokenizer()  # character-level, with the Qwen-VL special tokens
 
@@ -72,7 +72,7 @@ def _model(kind: str, tok):
 
 def _snapshot(kind: str, folder: Path) -> Path:
     """The files a hub snapshot of a Qwen-VL model has."""
-    from glance.toy.world import CHAT_TEMPLATE
+    from glance.toy.processor import CHAT_TEMPLATE
 
     tok = _tokenizer()
     model = _model(kind, tok)

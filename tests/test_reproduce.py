@@ -64,7 +64,7 @@ def test_timing_keys():
 def test_decode_outputs_are_reused_only_under_the_same_recipe(tmp_path):
     import pytest
 
-    from stages.common import read_outputs, write_outputs
+    from stages.prompts import read_outputs, write_outputs
 
     path = tmp_path / "outputs.jsonl"
     recipe = {"budget": 63, "dtype": "float32", "numerics": {"aten": "default"}}

@@ -12,11 +12,11 @@ from PIL import Image
 from glance.data.tasks import read_task
 from glance.targets.vl import chat_inputs, load_target
 from glance.toy import tasks as T
+from glance.toy.processor import build_processor
 from glance.toy.world import (
     Encoder,
     TargetSize,
     TrainConfig,
-    build_processor,
     glyph_table,
     page_pixels,
     train_target,

@@ -86,13 +86,13 @@ def check_image(path: Path, where: str) -> tuple[int, int]:
                 if width * height > MAX_PIXELS:
                     raise ValueError(
                         f"{where}: image is {width}x{height}, {width * height} pixels; "
-                        f"the limit is {MAX_PIXELS} (glance.tasks.MAX_PIXELS)"
+                        f"the limit is {MAX_PIXELS} (glance.data.tasks.MAX_PIXELS)"
                     )
                 img.load()
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as err:
         raise ValueError(
             f"{where}: image too large ({err}); the limit is {MAX_PIXELS} pixels "
-            "(glance.tasks.MAX_PIXELS)"
+            "(glance.data.tasks.MAX_PIXELS)"
         ) from err
     except (UnidentifiedImageError, OSError, SyntaxError) as err:
         raise ValueError(f"{where}: not an image Pillow can read ({err})") from err
@@ -103,7 +103,7 @@ def check_image(path: Path, where: str) -> tuple[int, int]:
     if min(width, height) < MIN_SIDE:
         raise ValueError(
             f"{where}: image is {width}x{height}; each side needs at least {MIN_SIDE} pixels "
-            "(glance.tasks.MIN_SIDE) for the vision processor's patches"
+            "(glance.data.tasks.MIN_SIDE) for the vision processor's patches"
         )
     return width, height
 

@@ -62,7 +62,8 @@ def cmd_evaluate(args) -> dict:
     import glance
     from glance.core.law import DraftabilityLaw
     from glance.targets.vl import load_target
-    from glance.toy.world import evaluate_decoding, evaluate_target, save_json
+    from glance.toy.evaluate import evaluate_decoding, evaluate_target
+    from glance.toy.world import save_json
 
     target, processor = load_target(args.target, dtype=torch.float32)
     summary = {"target": evaluate_target(target, processor, args.data, args.n)}

@@ -10,7 +10,6 @@ vision patch (patch = cell, spatial merge 1), white mapped to 0 (mean 1, std
 
 from __future__ import annotations
 
-import functools
 import json
 import time
 from dataclasses import dataclass
@@ -19,11 +18,17 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from glance.targets.vl import register_processor
+from glance.toy.processor import (
+    IMAGE_MEAN,
+    IMAGE_STD,
+    PATCH,
+    TEMPORAL,
+    build_processor,
+    build_tokenizer,
+)
 from glance.toy.tasks import (
     ALPHABET,
     AUX_TASK,
-    CELL,
     COLS,
     LONG_TASK,
     ROWS,
@@ -32,93 +37,6 @@ from glance.toy.tasks import (
     make_example,
     render,
 )
-
-SPECIAL = (
-    "<|endoftext|>",
-    "<|im_start|>",
-    "<|im_end|>",
-    "<|vision_start|>",
-    "<|vision_end|>",
-    "<|image_pad|>",
-    "<|video_pad|>",
-    "<|mask|>",
-)
-CHARS = tuple(ALPHABET) + ("\n",)
-# A Qwen-VL chat template: content parts in order, one image placeholder per image.
-CHAT_TEMPLATE = (
-    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
-    "{% if message['content'] is string %}{{ message['content'] }}{% else %}"
-    "{% for part in message['content'] %}"
-    "{% if part['type'] == 'image' %}<|vision_start|><|image_pad|><|vision_end|>"
-    "{% elif part['type'] == 'text' %}{{ part['text'] }}{% endif %}"
-    "{% endfor %}{% endif %}<|im_end|>\n{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
-IMAGE_MEAN, IMAGE_STD = 1.0, 0.5  # white (1.0 after rescale) maps to 0
-PATCH, TEMPORAL = CELL, 2
-
-
-def build_tokenizer():
-    """A character-level ``PreTrainedTokenizerFast`` with the Qwen-VL special tokens."""
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    vocab = {tok: i for i, tok in enumerate((*SPECIAL, *CHARS, "<unk>"))}
-    core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    core.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
-    core.decoder = decoders.Fuse()
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=core,
-        unk_token="<unk>",
-        pad_token="<|endoftext|>",
-        eos_token="<|im_end|>",
-        additional_special_tokens=list(SPECIAL[1:]),
-    )
-    tokenizer.chat_template = CHAT_TEMPLATE
-    return tokenizer
-
-
-@functools.cache
-def processor_class():
-    """The toy processor class (built on first use, so importing needs no transformers)."""
-    from transformers import ProcessorMixin, Qwen3VLProcessor
-
-    class GlanceToyProcessor(Qwen3VLProcessor):
-        """Qwen3-VL's processor without the video processor (which needs
-        torchvision): image and text only, same chat flow and token expansion."""
-
-        def __init__(self, image_processor=None, tokenizer=None, chat_template=None, **kwargs):
-            self.image_token, self.video_token = "<|image_pad|>", "<|video_pad|>"
-            self.vision_start_token, self.vision_end_token = "<|vision_start|>", "<|vision_end|>"
-            ids = tokenizer.convert_tokens_to_ids
-            self.image_token_id, self.video_token_id = ids(self.image_token), ids(self.video_token)
-            self.vision_start_token_id = ids(self.vision_start_token)
-            self.vision_end_token_id = ids(self.vision_end_token)
-            ProcessorMixin.__init__(self, image_processor, tokenizer, chat_template=chat_template)
-
-    return GlanceToyProcessor
-
-
-# Checkpoints saved with this processor name it in processor_config.json;
-# glance.targets.vl.load_target finds it here once this module is imported.
-register_processor("GlanceToyProcessor", processor_class)
-
-
-def build_processor():
-    """Tokenizer + Qwen-VL image processor (patch = one glyph cell, merge 1)."""
-    from transformers import Qwen2VLImageProcessorPil
-
-    image_processor = Qwen2VLImageProcessorPil(
-        patch_size=PATCH,
-        merge_size=1,
-        temporal_patch_size=TEMPORAL,
-        image_mean=[IMAGE_MEAN] * 3,
-        image_std=[IMAGE_STD] * 3,
-        do_resize=False,
-        min_pixels=PATCH * PATCH,
-        max_pixels=ROWS * COLS * CELL * CELL * 4,
-    )
-    return processor_class()(image_processor, build_tokenizer(), chat_template=CHAT_TEMPLATE)
 
 
 @dataclass(frozen=True)
@@ -388,62 +306,6 @@ def _train_phase(model, encoder, table, cfg: TrainConfig, seed: int, bar) -> dic
     }
 
 
-def evaluate_target(model, processor, data_dir, n: int | None = None) -> dict:
-    """Per task on held-out JSONL files: how the target's greedy answer follows
-    the task, and its mean answer entropy.
-
-    ``copy_rate`` is the share of the answers' grounded parts (copied off the
-    page) that the greedy answer reproduces exactly; ``free_legal`` the share of
-    its free letters that the successor table allows
-    (:func:`glance.toy.tasks.score_answer`). Greedy decoding runs through
-    :func:`glance.greedy_generate` from the processor's inputs (the real path).
-    ``entropy`` is the target's mean next-token entropy over the reference
-    answer's characters, teacher-forced.
-    """
-    from PIL import Image
-
-    import glance
-    from glance.data.tasks import read_task
-    from glance.targets.vl import chat_inputs
-    from glance.toy.tasks import STYLES, score_answer
-
-    data_dir = Path(data_dir)
-    encoder = Encoder(processor.tokenizer)
-    table = glyph_table()
-    out = {}
-    for task in TASKS:
-        records = read_task(data_dir / f"{task}.jsonl")[:n]
-        totals = dict.fromkeys(("copied", "grounded", "allowed", "free"), 0)
-        entropies, lengths = [], []
-        for r in records:
-            prompt, positions = chat_inputs(
-                processor, r["prompt"], Image.open(data_dir / r["image"])
-            )
-            ids = glance.greedy_generate(
-                model,
-                prompt,
-                len(r["answer"]) + 8,
-                positions=positions,
-                stop_token_ids=[encoder.end],
-            )
-            text = processor.tokenizer.decode(ids[0, prompt.shape[1] :], skip_special_tokens=True)
-            lengths.append(len(text))
-            for key, value in score_answer(r["parts"], STYLES[task], text).items():
-                totals[key] += value
-            example = make_example_from_record(task, r)
-            with torch.no_grad():
-                _, ent = answer_loss(model, make_batch(encoder, [(example, r["answer"])], table))
-            entropies.append(ent[:-1].mean().item())  # answer characters, not the end token
-        out[task] = {
-            "n": len(records),
-            "copy_rate": totals["copied"] / max(1, totals["grounded"]),
-            "free_legal": totals["allowed"] / max(1, totals["free"]),
-            "greedy_chars": float(np.mean(lengths)),
-            "entropy": float(np.mean(entropies)),
-        }
-    return out
-
-
 def make_example_from_record(task: str, record: dict):
     """An :class:`~glance.toy.tasks.Example` back from a JSONL record."""
     from glance.toy.tasks import Example
@@ -476,70 +338,6 @@ def conversations(records, data_dir) -> list:
         ]
         for r in records
     ]
-
-
-def evaluate_decoding(
-    target,
-    processor,
-    head,
-    data_dir,
-    *,
-    n: int,
-    budget: int = 63,
-    branch_k: int = 8,
-    max_new_tokens: int = 160,
-) -> dict:
-    """Chain and tree decoding per task on held-out prompts, checked against greedy.
-
-    Returns per task: pooled ``tau`` of the chain and of the tree, their ratio,
-    the chain's per-offset acceptance (share of rounds accepting at least k
-    drafted tokens), whether every output equalled greedy decoding, and the
-    tree's per-round ``(entropy, accepted)`` pairs for fitting the law.
-    """
-    import glance
-    from glance.data.tasks import read_task
-    from glance.targets.vl import positions_from
-
-    end = processor.tokenizer.convert_tokens_to_ids("<|im_end|>")
-    block = int(head.block_size)
-    out = {}
-    for task in TASKS:
-        records = read_task(Path(data_dir) / f"{task}.jsonl")[:n]
-        chain_rounds, tree_rounds, lossless = [], [], True
-        for conv in conversations(records, data_dir):
-            inputs = processor.apply_chat_template(
-                conv,
-                add_generation_prompt=True,
-                tokenize=True,
-                return_dict=True,
-                return_tensors="pt",
-            )
-            pos = positions_from(inputs)
-            ids = inputs["input_ids"]
-            kw = dict(positions=pos, stop_token_ids=[end], return_stats=True)
-            want = glance.greedy_generate(
-                target, ids, max_new_tokens, positions=pos, stop_token_ids=[end]
-            )
-            chain, cs = glance.chain_generate(head, target, ids, max_new_tokens, **kw)
-            tree, ts = glance.generate(
-                head, target, ids, max_new_tokens, budget=budget, branch_k=branch_k, **kw
-            )
-            lossless &= chain.tolist() == want.tolist() == tree.tolist()
-            chain_rounds += cs.rounds
-            tree_rounds += ts.rounds
-        chain_tau = sum(r.committed for r in chain_rounds) / len(chain_rounds)
-        tree_tau = sum(r.committed for r in tree_rounds) / len(tree_rounds)
-        accepted = np.array([r.accepted for r in chain_rounds])
-        out[task] = {
-            "n": len(records),
-            "chain_tau": chain_tau,
-            "tree_tau": tree_tau,
-            "tree_over_chain": tree_tau / chain_tau,
-            "lossless": bool(lossless),
-            "chain_offset_acceptance": [float((accepted >= k).mean()) for k in range(1, block)],
-            "rounds": [(r.entropy, r.accepted) for r in tree_rounds],
-        }
-    return out
 
 
 def toy_prompts(n: int, seed: int, long_share: float = 0.0, context: int = 0) -> list:
