@@ -69,6 +69,7 @@ def test_a_random_eagle_tree_is_lossless(world, budget):
     assert all(r.tree_size <= budget for r in stats.rounds)
 
 
+@pytest.mark.slow  # hundreds of training steps
 def test_a_trained_eagle_tree_accepts_deep_and_stays_lossless(world):
     head, log = _overfit(world)
     assert log["final_loss"] < 1.0
@@ -110,6 +111,7 @@ def test_training_sees_what_drafting_sees(world):
     assert step1 == pytest.approx(float(steps[1][0][steps[1][1]]), abs=1e-9)
 
 
+@pytest.mark.slow  # hundreds of training steps
 def test_training_is_reproducible_and_converges_on_held_out_data():
     target = tiny.build_target("qwen3", dtype=torch.float32)
     g = torch.Generator().manual_seed(0)
@@ -170,6 +172,7 @@ def test_a_tree_drafter_refuses_auto_budget_and_extension(world):
             speculate(drafter, world.target, world.input_ids, options, positions=world.positions)
 
 
+@pytest.mark.slow  # hundreds of training steps
 def test_a_trained_eagle_tree_samples_exactly(world):
     head, _ = _overfit(world, steps=60)
     g1, g2 = torch.Generator().manual_seed(3), torch.Generator().manual_seed(3)

@@ -123,6 +123,7 @@ def trained(text_target, sequences, tmp_path_factory):
     return head, log, path
 
 
+@pytest.mark.slow  # hundreds of training steps
 def test_trained_head_predicts_its_own_tokens(text_target, sequences, trained):
     head, log, _ = trained
     assert log["final_loss"] < 0.5
@@ -134,6 +135,7 @@ def test_trained_head_predicts_its_own_tokens(text_target, sequences, trained):
     assert hit.float().mean() > 0.9
 
 
+@pytest.mark.slow  # hundreds of training steps
 def test_trained_head_loads_and_decodes_losslessly(text_target, sequences, trained):
     from dflash import DFlashDraftModel
 
@@ -190,6 +192,7 @@ def trained_variable(text_target, sequences, tmp_path_factory):
     return glance.load_block_head(path, target=text_target)
 
 
+@pytest.mark.slow  # hundreds of training steps
 def test_variable_head_prices_offsets_past_the_block(text_target, sequences, trained_variable):
     """With the first B-1 tokens revealed, it predicts the B-1 after them."""
     head = trained_variable
@@ -204,6 +207,7 @@ def test_variable_head_prices_offsets_past_the_block(text_target, sequences, tra
         assert hit.float().mean() > 0.8, reveal
 
 
+@pytest.mark.slow  # hundreds of training steps
 def test_extend_budget_with_a_trained_head_is_lossless_and_reaches_past_the_block(
     text_target, sequences, trained_variable
 ):
