@@ -12,7 +12,7 @@ import torch
 from glance import testing as tiny
 from glance.decoding.loop import Options, generate, greedy_generate, speculate
 from glance.drafters.eagle import EagleDrafter
-from glance.drafters.protocol import Drafter, TreeDrafter
+from glance.drafters.protocol import Drafter, Extends
 from glance.heads.eagle import build_eagle_head, check_eagle_fits, load_eagle_head
 from glance.targets.vl import StreamPositions
 from glance.training.block import Sequence, sequence_features
@@ -57,7 +57,7 @@ def _overfit(world, steps=150):
 
 def test_the_eagle_drafter_is_a_tree_drafter(world):
     drafter = EagleDrafter(build_eagle_head(world.target), world.target)
-    assert isinstance(drafter, TreeDrafter) and not isinstance(drafter, Drafter)
+    assert isinstance(drafter, Drafter) and not isinstance(drafter, Extends)
     assert drafter.max_depth == 8
 
 
@@ -166,9 +166,12 @@ def test_a_head_for_another_target_is_refused(world, tmp_path):
 
 def test_a_tree_drafter_refuses_auto_budget_and_extension(world):
     drafter = EagleDrafter(build_eagle_head(world.target), world.target)
-    for bad in (dict(budget="auto"), dict(budget=8, extend_budget=8)):
-        options = Options(16, **bad)
-        with pytest.raises(ValueError, match="grows its own tree"):
+    for bad, why in (
+        (dict(budget="auto"), "grows its own tree"),
+        (dict(extend_budget=8), "no extend"),
+    ):
+        options = Options(16, **{"budget": 8, **bad})
+        with pytest.raises(ValueError, match=why):
             speculate(drafter, world.target, world.input_ids, options, positions=world.positions)
 
 

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from glance.core.tree import CandidateTree, children_of, search_tree
 from glance.decoding.loop import GREEDY, walk
 from glance.decoding.relaxed import RULES, relaxed_walk
+from glance.drafters.protocol import TableDrafter
 
 VOCAB = 8  # small, so the target's choices are often in the tree
 
@@ -148,7 +149,7 @@ def test_logits_rows_must_match_the_tree():
 # --- through the decoder ------------------------------------------------------
 
 
-class _SecondChoice:
+class _SecondChoice(TableDrafter):
     """A table drafter that proposes the greedy reference, except the
     target's SECOND choice at the first offset of every round."""
 
@@ -157,7 +158,7 @@ class _SecondChoice:
     def __init__(self, reference, second):
         self.reference, self.second = reference, second
 
-    def start(self, hidden_states):
+    def start(self, hidden_states, input_ids=None):
         pass
 
     def advance(self, hidden_states, rows):

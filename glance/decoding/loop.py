@@ -47,7 +47,7 @@ from glance.core.tree import CandidateTree, accept_path, first_nodes, search_tre
 from glance.decoding.cache import KVCache
 from glance.decoding.sampling import Sampling, Uniforms, draw
 from glance.drafters.block import BlockDrafter
-from glance.drafters.protocol import Drafter, TreeDrafter
+from glance.drafters.protocol import Drafter
 from glance.heads.block import check_head_extends
 from glance.targets.vl import StreamPositions, VisionPositions, text_config
 
@@ -597,18 +597,25 @@ class _Planner:
 
     def __init__(self, budget, cost: VerifyCost | None):
         self.budget, self.cost = budget, cost
+        self._laps, self._drafted_at = None, None
         self.scale = AcceptanceScale() if cost is not None else None
         self.predicted = 0.0
 
-    def draft(self, drafter, at: Cursor, depth: int, laps: _Laps) -> tuple:
-        """The drafter's proposal, timed; a tree drafter's tree, or a table's
-        ``(ids, logprobs)``."""
-        if isinstance(drafter, TreeDrafter):
-            tree = drafter.draft_tree(at.root, at.length, depth, self.budget)
-            return tree, laps.mark("draft")
-        ids, logprobs = drafter.propose(at.root, at.length, depth)
-        drafted_at = laps.mark("draft")
-        return self.plan(ids, logprobs, laps.ms("start", "draft")), drafted_at
+    def draft(self, drafter: Drafter, at: Cursor, depth: int, laps: _Laps) -> tuple:
+        """The drafter's tree and when drafting ended. A table drafter calls
+        this planner back with its table; the draft's time ends there, before
+        the tree search, which the round's ``tree`` lap counts."""
+        self._laps, self._drafted_at = laps, None
+        tree = drafter.draft(at.root, at.length, depth, self)
+        if self._drafted_at is None:  # a drafter that grew its own tree
+            self._drafted_at = laps.mark("draft")
+        return tree, self._drafted_at
+
+    def __call__(self, ids: np.ndarray, logprobs: np.ndarray) -> CandidateTree:
+        """The round's tree from a drafter's ``(depth, width)`` table
+        (:class:`~glance.drafters.protocol.Plan`)."""
+        self._drafted_at = self._laps.mark("draft")
+        return self.plan(ids, logprobs, self._laps.ms("start", "draft"))
 
     def plan(self, ids: np.ndarray, logprobs: np.ndarray, draft_ms: float) -> CandidateTree:
         if self.cost is None:
@@ -695,13 +702,15 @@ def speculate(
 
 
 def _check_drafter(drafter, options: Options) -> None:
-    if not isinstance(drafter, Drafter | TreeDrafter):
-        raise TypeError(f"drafter must be a Drafter or a TreeDrafter; got {type(drafter).__name__}")
-    if isinstance(drafter, TreeDrafter) and (options.budget == "auto" or options.extend_budget):
+    missing = [
+        a for a in ("width", "max_depth", "start", "draft", "advance") if not hasattr(drafter, a)
+    ]
+    if missing:
+        raise TypeError(f"drafter must be a Drafter; {type(drafter).__name__} lacks {missing}")
+    if options.extend_budget and not callable(getattr(drafter, "extend", None)):
         raise ValueError(
-            f"{type(drafter).__name__} grows its own tree: budget must be an int and "
-            f"extend_budget 0; got budget={options.budget!r}, "
-            f"extend_budget={options.extend_budget}"
+            f"{type(drafter).__name__} has no extend: extend_budget must be 0; "
+            f"got extend_budget={options.extend_budget}"
         )
 
 
@@ -726,10 +735,7 @@ def _prefill(target, drafter: Drafter, req: _Request, cache: KVCache):
     )
     root = _next(out.logits[0, -1], req.options.sampling, req.uniforms)
     req.new.append(root)
-    if isinstance(drafter, TreeDrafter):
-        drafter.start(out.hidden_states, req.input_ids)
-    else:
-        drafter.start(out.hidden_states)
+    drafter.start(out.hidden_states, req.input_ids)
     return Cursor(root, req.input_ids.shape[1], req.positions, delta)
 
 
@@ -758,8 +764,8 @@ def generate(
 
     Args:
         head: a ``dflash.DFlashDraftModel`` that fits ``target``, or any
-            :class:`~glance.drafters.protocol.Drafter` or `~glance.drafters.protocol.TreeDrafter`
-            (then ``branch_k`` is its own).
+            :class:`~glance.drafters.protocol.Drafter` (then ``branch_k`` is its
+            own).
         target: the frozen target model.
         input_ids: ``(1, n)`` prompt ids, ``torch.int64`` or ``torch.int32``
             (any other dtype raises ``TypeError``).
@@ -807,7 +813,7 @@ def generate(
         return_stats=return_stats,
         accept=accept,
     )
-    if isinstance(head, Drafter | TreeDrafter):
+    if hasattr(head, "draft"):  # any drafter; a bare head gets the block drafter
         drafter = head
     else:
         drafter = BlockDrafter(head, target, _count("branch_k", branch_k, 1))

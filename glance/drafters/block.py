@@ -9,12 +9,13 @@ import torch
 
 from glance.core.tree import CandidateTree, search_tree, spine_leaf, splice
 from glance.decoding.cache import KVCache
+from glance.drafters.protocol import TableDrafter
 from glance.heads.block import check_head_fits, context_features, lm_head, noise_embedding
 
 __all__ = ["BlockDrafter"]
 
 
-class BlockDrafter:
+class BlockDrafter(TableDrafter):
     """A ``dflash.DFlashDraftModel`` head as a :class:`Drafter`: one head pass
     over ``[root, MASK x depth]`` fills every offset, reading the target's
     hidden states at the head's kept layers. ``width=1`` is the chain."""
@@ -29,7 +30,7 @@ class BlockDrafter:
         self.context = None  # features not yet in the head's cache
         self._last = None  # the latest proposal: (root, length, top ids)
 
-    def start(self, hidden_states) -> None:
+    def start(self, hidden_states, input_ids=None) -> None:
         self.context = context_features(hidden_states, self.layer_ids)
 
     def advance(self, hidden_states, rows: torch.Tensor) -> None:

@@ -15,7 +15,8 @@ __all__ = ["EagleDrafter"]
 
 
 class EagleDrafter:
-    """An :class:`EagleHead` as a tree drafter (``glance.drafters.protocol.TreeDrafter``).
+    """An :class:`EagleHead` as a :class:`~glance.drafters.protocol.Drafter`
+    that grows its own tree.
 
     Each round: one head pass over the positions committed since the last
     round (the target's features, each with the token after it), then one
@@ -79,6 +80,16 @@ class EagleDrafter:
         return ids, lp.double()
 
     @torch.no_grad()
+    def draft(self, root: int, length: int, depth: int, plan) -> CandidateTree:
+        """:meth:`draft_tree` at ``plan.budget`` nodes; this drafter grows its
+        own tree, so it takes no ``"auto"`` budget."""
+        if isinstance(plan.budget, str):
+            raise ValueError(
+                f"{type(self).__name__} grows its own tree: budget must be an int; "
+                f"got budget={plan.budget!r}"
+            )
+        return self.draft_tree(root, length, depth, plan.budget)
+
     def draft_tree(self, root: int, length: int, depth: int, budget: int) -> CandidateTree:
         """The round's tree: at most ``budget`` nodes, at most ``depth`` deep."""
         device, m = self.pending.device, self.pending.shape[1]

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import torch
 
+from glance.drafters.protocol import TableDrafter
+
 VOCAB = 96
 # Special ids inside the vocabulary, shared by every VL target here.
 IMAGE, VIDEO, VISION_START, VISION_END, MASK = 90, 91, 92, 93, 95
@@ -250,7 +252,7 @@ class OracleHead(torch.nn.Module):
         return logits.reshape(*positions.shape, self.vocab)
 
 
-class ScriptedDrafter:
+class ScriptedDrafter(TableDrafter):
     """A :class:`~glance.drafters.protocol.Drafter` that is no model at all: at each
     offset it proposes ``reference[p]`` (``p``, the offset's sequence index)
     first, except at offsets in ``corrupt``, where a wrong token leads and the
@@ -263,7 +265,7 @@ class ScriptedDrafter:
         self.width, self.max_depth, self.corrupt = int(width), int(max_depth), frozenset(corrupt)
         self.calls = []  # (root, length, depth) of every proposal
 
-    def start(self, hidden_states) -> None:
+    def start(self, hidden_states, input_ids=None) -> None:
         self.calls.clear()
 
     def advance(self, hidden_states, rows) -> None:
