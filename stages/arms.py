@@ -47,18 +47,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from glance.experiments.arms import Models, Prompt, diverge, run_row, summarise
+from glance.experiments.arms import arms_rows, diverge, summarise
+from glance.experiments.rows import Models, Prompt, gated, run
 from glance.targets.vl import stop_ids
 from stages.common import app, load_target, log, numerics_record, setup, task_by_name, write_set
 from stages.inputs import filler, prompt_inputs, task_records
 from stages.prompts import gate, load_head
 
-#: rows that go through GLANCE's verify and walk: any output that differs
-#: from greedy fails the stage (``glance.experiments.gate.check_lossless``)
-GATED = ("glance", "eagle", "two_model")
 
-
-def budget_sweep(cfg, models: Models, processor, stops) -> dict:
+def budget_sweep(cfg, rows: dict, models: Models, processor, stops) -> dict:
     """tokens/s of GLANCE and the EAGLE-style head at each of ``arms.budgets``
     on ``sweep.task`` (``sweep.n`` prompts), and each one's best budget."""
     from glance.core.metrics import drop_warmup
@@ -73,7 +70,8 @@ def budget_sweep(cfg, models: Models, processor, stops) -> dict:
     for row in ("glance", "eagle"):
         speeds = {}
         for b in cfg.arms.budgets:
-            calls = list(drop_warmup([run_row(row, models, p, int(b)) for p in prompts]))
+            calls = [run(rows[row], models, p, budget=int(b)) for p in prompts]
+            calls = list(drop_warmup(calls))
             speeds[int(b)] = 1e3 * sum(c["new_tokens"] for c in calls) / sum(c["ms"] for c in calls)
         out[row] = {"tokens_per_s": speeds, "best_budget": max(speeds, key=speeds.get)}
     return {"task": task.name, "n": int(cfg.sweep.n), **out}
@@ -89,10 +87,6 @@ def load_models(cfg, target) -> Models:
         head=load_head(cfg, target),
         eagle=load_eagle_head(Path(a.path), target=target),
         assistant=load_vl(Path(a.assistant.path), dtype=target.dtype, device=cfg.device)[0],
-        budget=int(a.budget),
-        branch_k=int(cfg.branch_k),
-        width=int(a.width),
-        depth=int(a.depth),
     )
 
 
@@ -111,9 +105,8 @@ def main(cfg) -> None:
     target, processor = load_target(cfg)
     models = load_models(cfg, target)
     stops = stop_ids(processor, target)
-    rows = ["greedy", "glance", "eagle", "dflash_chain", "two_model"]
-    rows += [f"relaxed_{r}" for r in a.rules]
-    lossy = {f"relaxed_{r}" for r in a.rules}
+    rows = arms_rows(int(a.budget), int(cfg.branch_k), int(a.width), int(a.depth), a.rules)
+    lossy = {name for name, row in rows.items() if row.kind == "relaxed"}
     cases = [(name, 0, int(a.n)) for name in a.tasks]
     cases += [
         (cfg.context_sweep.task, c, int(cfg.context_sweep.n))
@@ -124,10 +117,10 @@ def main(cfg) -> None:
         "target": cfg.target.name,
         "device": str(target.device),
         "dtype": str(cfg.dtype),
-        "budget": models.budget,
-        "branch_k": models.branch_k,
-        "width": models.width,
-        "depth": models.depth,
+        "budget": int(a.budget),
+        "branch_k": int(cfg.branch_k),
+        "width": int(a.width),
+        "depth": int(a.depth),
         "n": int(a.n),
         "timing": "decode_only",
         "cases": {},
@@ -145,14 +138,9 @@ def main(cfg) -> None:
                 *prompt_inputs(processor, record, cfg.paths.data, preamble), max_new, stops
             )
             for row in rows:
-                runs[row].append(run_row(row, models, prompt))
+                runs[row].append(run(rows[row], models, prompt))
             where = f"arms {name}@context{context}, prompt {i}"
-            gate(
-                dict.fromkeys(GATED, "greedy"),
-                runs,
-                where,
-                lambda base, p=prompt: run_row(base, models, p)["ids"],
-            )
+            gate(gated(rows), runs, where, lambda base, p=prompt: run(rows[base], models, p)["ids"])
             diverge(models, prompt, runs, lossy)
         key = name if context == 0 else f"{name}@context{context}"
         result["cases"][key] = {
@@ -165,7 +153,7 @@ def main(cfg) -> None:
             for row in rows:  # each task's warm-up goes first, dropped per task
                 pooled[row] += runs[row][1:]
     result["pooled"] = summarise({r: [None] + c for r, c in pooled.items()}, *stat, lossy)
-    result["budget_sweep"] = budget_sweep(cfg, models, processor, stops)
+    result["budget_sweep"] = budget_sweep(cfg, rows, models, processor, stops)
     results = Path(cfg.paths.results)
     others = {"arms.md": arms_markdown(result)}
     write_set(results, "arms.json", result | {"numerics": numerics_record(cfg)}, others)

@@ -50,29 +50,9 @@ from stages.prompts import (
 from stages.schema import budget
 
 
-def plan(settings: dict, sweep_budgets, temperatures, extend: int, auto: bool) -> dict:
-    """Row name -> (baseline row, temperature, kind, GLANCE keyword arguments).
-    Baselines map to ``None``; every baseline is also run a second time."""
-    rows = {"ar": (None, 0.0, "ar", {})}
-    tree = {"budget": settings["budget"], "branch_k": settings["branch_k"]}
-    rows["glance"] = ("ar", 0.0, "glance", tree)
-    if auto and settings["budget"] != "auto":
-        rows["glance_auto"] = ("ar", 0.0, "glance", {**tree, "budget": "auto"})
-    rows["chain"] = ("ar", 0.0, "chain", {})
-    if extend:
-        rows["glance_extend"] = ("ar", 0.0, "glance", {**tree, "extend_budget": extend})
-    for n in sweep_budgets:
-        rows[f"glance@N={n}"] = ("ar", 0.0, "glance", {**tree, "budget": n})
-    for t in temperatures:
-        rows[f"ar@{t:g}"] = (None, t, "ar", {})
-        rows[f"glance@{t:g}"] = (f"ar@{t:g}", t, "glance", tree)
-        rows[f"chain@{t:g}"] = (f"ar@{t:g}", t, "chain", {})
-    return rows
-
-
 @app
 def main(cfg) -> None:
-    import glance
+    from glance.experiments.rows import Models, Prompt, audit_rows, run
 
     setup(cfg)
     settings = decode_settings(cfg)  # before any model loads
@@ -84,7 +64,15 @@ def main(cfg) -> None:
     head = load_head(cfg, target)
     stops = stop_ids(processor, target)
     extend = extend_row(cfg, head)
-    rows = plan(settings, sweep_budgets, temperatures, extend, bool(cfg.decode.auto_row))
+    rows = audit_rows(
+        settings["budget"],
+        settings["branch_k"],
+        sweep_budgets,
+        temperatures,
+        extend,
+        bool(cfg.decode.auto_row),
+    )
+    models = Models(target, head, costs=verify_costs(cfg))
     n = int(cfg.audit.n)
     tasks, counts, failures = {}, {r: dict.fromkeys(VERDICTS, 0) for r in rows}, []
     reused = {}
@@ -101,37 +89,27 @@ def main(cfg) -> None:
         per_prompt = []
         for i, record in enumerate(task_records(cfg, task, n + 1)[1:], start=1):
             ids, positions = prompt_inputs(processor, record, cfg.paths.data)
-            kw = dict(positions=positions, stop_token_ids=stops)
+            prompt = Prompt(ids, positions, max_new, stops)
 
-            def run(kind, t, tree, i=i, ids=ids, kw=kw, max_new=max_new):
-                kw = {**kw, **sampling_kwargs(cfg, t, i)}
-                if kind == "ar":
-                    out = glance.greedy_generate(target, ids, max_new, **kw)
-                elif kind == "chain":
-                    out = glance.chain_generate(head, target, ids, max_new, **kw)
-                else:
-                    out = glance.generate(
-                        head, target, ids, max_new, costs=verify_costs(cfg), **tree, **kw
-                    )
-                return out[0, ids.shape[1] :].tolist()
+            def ids_of(row: str, i=i, prompt=prompt) -> list[int]:
+                r = rows[row]
+                return run(r, models, prompt, **sampling_kwargs(cfg, r.temperature, i))["ids"]
 
-            outs = {
-                row: decoded[(row, i)] if (row, i) in decoded else run(kind, t, tree)
-                for row, (_, t, kind, tree) in rows.items()
-            }
+            outs = {row: decoded[(row, i)] if (row, i) in decoded else ids_of(row) for row in rows}
             # greedy's control always runs; a seeded baseline's only when a row differs from it
-            controls = {"ar": run("ar", 0.0, {})}
-            for row, (base, *_) in rows.items():
+            controls = {"ar": ids_of("ar")}
+            for row, r in rows.items():
+                base = r.baseline
                 if base is not None and base not in controls and outs[row] != outs[base]:
-                    _, t, kind, tree = rows[base]
-                    controls[base] = run(kind, t, tree)
+                    controls[base] = ids_of(base)
             entry = {
                 "prompt": i,
                 "new_tokens": len(outs["ar"]),
                 "control_equal": {b: controls[b] == outs[b] for b in controls},
             }
             found = []
-            for row, (base, *_) in rows.items():
+            for row, r in rows.items():
+                base = r.baseline
                 if base is None:
                     continue
                 v = verdict(outs[row], outs[base], controls.get(base, outs[base]))
@@ -164,9 +142,9 @@ def main(cfg) -> None:
         "control_differs": verdicts.count("control_differs"),
         "mismatch": verdicts.count("MISMATCH"),
         "rows": {
-            r: {"baseline": base, "prompts": len(verdicts), **counts[r]}
-            for r, (base, *_) in rows.items()
-            if base is not None
+            name: {"baseline": r.baseline, "prompts": len(verdicts), **counts[name]}
+            for name, r in rows.items()
+            if r.baseline is not None
         },
         "from_decode": reused,
         "tasks": tasks,

@@ -35,22 +35,11 @@ from pathlib import Path
 
 import numpy as np
 
-from glance.experiments.baselines import dflash_generate, hf_generate
+from glance.experiments.baselines import hf_generate
 from glance.targets.vl import stop_ids
 from stages.common import app, load_target, log, numerics_record, setup, task_by_name, write_set
 from stages.inputs import prompt_inputs, task_records
 from stages.prompts import decode_settings, extend_row, load_head, verify_costs
-
-ROWS = (
-    "hf_greedy",
-    "hf_prompt_lookup",
-    "dflash_chain",
-    "glance_greedy",
-    "glance_chain",
-    "glance_tree",
-    "glance_auto",
-    "glance_extend",
-)
 
 
 def peak_memory(device, fn):
@@ -94,45 +83,39 @@ def prefill_ms(target, ids, positions, stops, repeats: int = 3) -> float:
     return float(np.median(times))
 
 
-def run_row(row, cfg, target, head, processor, ids, positions, max_new, stops) -> dict:
-    """One timed call of one row: new tokens, wall ms (prefill included), tau
-    (or None), peak MiB (CUDA only)."""
+def bench_rows(cfg, extend: int) -> dict:
+    """The bench's rows (:class:`glance.experiments.rows.Row`) by name."""
+    from glance.experiments.rows import Row
+
+    tree = {"budget": decode_settings(cfg)["budget"], "branch_k": int(cfg.branch_k)}
+    rows = {
+        "hf_greedy": Row("hf"),
+        "hf_prompt_lookup": Row(
+            "hf", options={"prompt_lookup_num_tokens": int(cfg.bench.lookup_tokens)}
+        ),
+        "dflash_chain": Row("dflash_chain"),
+        "glance_greedy": Row("ar"),
+        "glance_chain": Row("chain"),
+        "glance_tree": Row("glance", options=tree),
+        "glance_auto": Row("glance", options={**tree, "budget": "auto"}),
+        "glance_extend": Row("glance", options={**tree, "extend_budget": extend}),
+    }
+    return rows if extend else {k: v for k, v in rows.items() if k != "glance_extend"}
+
+
+def run_row(row, models, prompt) -> dict:
+    """One timed call of one row: new tokens, wall ms (prefill included), tau's
+    counts (or None), peak MiB (CUDA only)."""
     import torch
 
-    import glance
+    from glance.experiments.rows import run
 
-    device = target.device
-    kw = dict(positions=positions, stop_token_ids=stops, return_stats=True)
+    device = models.target.device
 
     def call():
-        if row.startswith("hf_"):
-            extra = {}
-            if row == "hf_prompt_lookup":
-                extra["prompt_lookup_num_tokens"] = int(cfg.bench.lookup_tokens)
-            return hf_generate(target, ids, positions, max_new, stops, **extra), None
-        if row == "dflash_chain":
-            return dflash_generate(head, target, ids, positions, max_new, stops)
-        if row == "glance_greedy":
-            out, stats = glance.greedy_generate(target, ids, max_new, **kw)
-        elif row == "glance_chain":
-            out, stats = glance.chain_generate(head, target, ids, max_new, **kw)
-        else:
-            budget = "auto" if row == "glance_auto" else decode_settings(cfg)["budget"]
-            out, stats = glance.generate(
-                head,
-                target,
-                ids,
-                max_new,
-                budget=budget,
-                branch_k=int(cfg.branch_k),
-                extend_budget=int(cfg.decode.extend_row) if row == "glance_extend" else 0,
-                costs=verify_costs(cfg),
-                **kw,
-            )
-        rounds = None
-        if row != "glance_greedy":
-            rounds = (sum(r.committed for r in stats.rounds), len(stats.rounds))
-        return out[0, ids.shape[1] :].tolist(), rounds
+        record = run(row, models, prompt)
+        counts = None if record["rounds"] is None else (record["committed"], record["rounds"])
+        return record["ids"], counts
 
     with torch.inference_mode():
         sync(device)
@@ -323,12 +306,15 @@ def markdown(result: dict) -> str:
 def main(cfg) -> None:
     from tqdm import tqdm
 
+    from glance.experiments.rows import Models, Prompt
+
     setup(cfg)
     decode_settings(cfg)  # bad settings fail before any model loads
     target, processor = load_target(cfg)
     head = load_head(cfg, target)
     stops = stop_ids(processor, target)
-    rows = ROWS if extend_row(cfg, head) else ROWS[:-1]
+    rows = bench_rows(cfg, extend_row(cfg, head))
+    models = Models(target, head, costs=verify_costs(cfg))
     result = {
         "target": cfg.target.name,
         "device": str(target.device),
@@ -354,10 +340,9 @@ def main(cfg) -> None:
         for record in tqdm(records, desc=f"bench {name}", unit="prompt"):
             ids, positions = prompt_inputs(processor, record, cfg.paths.data)
             prefill.append(prefill_ms(target, ids, positions, stops))
+            prompt = Prompt(ids, positions, max_new, stops)
             for row in rows:  # interleaved: every row on this prompt, then the next prompt
-                runs[row].append(
-                    run_row(row, cfg, target, head, processor, ids, positions, max_new, stops)
-                )
+                runs[row].append(run_row(rows[row], models, prompt))
         result["tasks"][name] = summarise(runs, prefill, int(cfg.seed), int(cfg.decode.bootstrap))
     result["length_curve"] = length_curve(cfg, target, head, processor)
     result["budget_curve"] = budget_curve(cfg, target, head, processor)

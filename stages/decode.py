@@ -135,7 +135,6 @@ def check_positions(cfg, settings: dict, processor, prompts: list, where: str) -
 def main(cfg) -> None:
     from tqdm import tqdm
 
-    import glance
     from glance._io import check_replaceable, replace_dir
     from glance.core.metrics import drop_warmup
     from glance.experiments.results import (
@@ -145,6 +144,7 @@ def main(cfg) -> None:
         tau_ratio,
         write_rounds,
     )
+    from glance.experiments.rows import KINDS, Models, Prompt, decode_rows, gated, run
 
     setup(cfg)
     task = task_config(cfg)
@@ -166,69 +166,39 @@ def main(cfg) -> None:
     stops = stop_ids(processor, target)
     temperature, extend = settings["temperature"], extend_row(cfg, head)
     budget, branch_k = settings["budget"], settings["branch_k"]
-    # name -> (baseline, temperature, how to run it); "ar" is the main baseline
-    systems = {"ar": (None, temperature, "ar"), "glance": ("ar", temperature, "glance")}
-    if cfg.chain:
-        systems["chain"] = ("ar", temperature, "chain")
-    if cfg.decode.auto_row and budget != "auto":
-        systems["glance_auto"] = ("ar", temperature, "auto")
-    if extend and not settings["extend_budget"]:  # otherwise the glance row already extends
-        systems["glance_extend"] = ("ar", temperature, "extend")
-    for t in (float(t) for t in cfg.decode.sampled):
-        if f"{t:g}" != f"{temperature:g}":
-            systems[f"ar@{t:g}"] = (None, t, "ar")
-            systems[f"glance@{t:g}"] = (f"ar@{t:g}", t, "glance")
-            if cfg.chain:
-                systems[f"chain@{t:g}"] = (f"ar@{t:g}", t, "chain")
+    systems = decode_rows(
+        budget,
+        branch_k,
+        temperature,
+        extend_budget=settings["extend_budget"],
+        chain=bool(cfg.chain),
+        auto=bool(cfg.decode.auto_row),
+        extend=extend,
+        sampled=cfg.decode.sampled,
+    )
+    models = Models(target, head, costs=verify_costs(cfg))
     runs = {s: [] for s in systems}
     rounds = []
 
-    def decode_one(kind, t, i, ids, kw):
-        kw_t = {**kw, **sampling_kwargs(cfg, t, i)}
-        if kind == "ar":
-            return glance.greedy_generate(target, ids, max_new, **kw_t)
-        if kind == "chain":
-            return glance.chain_generate(head, target, ids, max_new, **kw_t)
-        return glance.generate(
-            head,
-            target,
-            ids,
-            max_new,
-            budget="auto" if kind == "auto" else budget,
-            branch_k=branch_k,
-            extend_budget=extend if kind == "extend" else settings["extend_budget"],
-            costs=verify_costs(cfg),
-            **kw_t,
-        )
+    def decode_one(system: str, i: int, prompt: Prompt) -> dict:
+        row = systems[system]
+        t = sampling_kwargs(cfg, row.temperature, i)
+        return run(row, models, prompt, timing=settings["timing"], **t)
 
     for i, (ids, positions) in enumerate(tqdm(inputs, desc=f"decode {task.name}", unit="prompt")):
-        kw = dict(
-            positions=positions, stop_token_ids=stops, timing=settings["timing"], return_stats=True
-        )
-        for system, (_, t, kind) in systems.items():
-            out, stats = decode_one(kind, t, i, ids, kw)
-            speculative = kind != "ar"
-            runs[system].append(
-                {
-                    "ids": out[0, ids.shape[1] :].tolist(),
-                    "ms": stats.ms_per_token * stats.new_tokens,
-                    "new_tokens": stats.new_tokens,
-                    "committed": sum(r.committed for r in stats.rounds),
-                    "rounds": len(stats.rounds) if speculative else None,
-                }
-            )
-            if speculative and i > 0:  # the warm-up prompt's rounds are not reported
-                rounds += [{"prompt": i, "system": system, **asdict(r)} for r in stats.rounds]
-
-        def control(base, i=i, ids=ids, kw=kw):
-            _, t, kind = systems[base]
-            return decode_one(kind, t, i, ids, kw)[0][0, ids.shape[1] :].tolist()
-
+        prompt = Prompt(ids, positions, max_new, stops)
+        for system, row in systems.items():
+            record = decode_one(system, i, prompt)
+            runs[system].append(record)
+            if KINDS[row.kind].drafts and i > 0:  # the warm-up's rounds are not reported
+                rounds += [
+                    {"prompt": i, "system": system, **asdict(r)} for r in record["stats"].rounds
+                ]
         gate(
-            {s: base for s, (base, _, _) in systems.items()},
+            gated(systems),
             runs,
             f"decode {task.name}, prompt {i}",
-            control,
+            lambda base, i=i, prompt=prompt: decode_one(base, i, prompt)["ids"],
         )
     measured = {s: list(drop_warmup(runs[s])) for s in systems}
     stat = (int(cfg.seed), int(cfg.decode.bootstrap))  # paired-bootstrap seed and resamples
@@ -252,12 +222,16 @@ def main(cfg) -> None:
         "cap": int(head.block_size) - 1,
         "regime": regime(measured, rounds, int(head.block_size)),
         "systems": {
-            s: system_summary(measured[s], None if base is None else measured[base], *stat)
-            for s, (base, _, _) in systems.items()
+            s: system_summary(
+                measured[s], None if r.baseline is None else measured[r.baseline], *stat
+            )
+            for s, r in systems.items()
         },
     }
     # GLANCE's tau at each temperature run, side by side (keys: temperatures)
-    glance_rows = {f"{t:g}": s for s, (_, t, kind) in systems.items() if kind == "glance"}
+    glance_rows = {
+        f"{r.temperature:g}": s for s, r in systems.items() if s.split("@")[0] == "glance"
+    }
     summary["glance_by_temperature"] = glance_rows
     summary["tau_by_temperature"] = {
         t: summary["systems"][name]["tau"] for t, name in glance_rows.items()

@@ -28,10 +28,10 @@ FILES = ("summary.json", "curve.csv")
 
 @app
 def main(cfg) -> None:
-    import glance
     from glance._io import check_replaceable, replace_dir
     from glance.core.metrics import drop_warmup
     from glance.experiments.results import system_summary
+    from glance.experiments.rows import Models, Prompt, Row, gated, run
     from stages.decode import check_positions
 
     setup(cfg)
@@ -49,45 +49,26 @@ def main(cfg) -> None:
     stops, max_new = stop_ids(processor, target), settings["max_new_tokens"]
     inputs = [prompt_inputs(processor, r, cfg.paths.data) for r in records]
     check_positions(cfg, settings, processor, [ids for ids, _ in inputs], f"sweep {task.name}")
-    rows = {"ar": None, **{f"N={b}": b for b in budgets}, "auto": "auto"}
+    tree = {"branch_k": settings["branch_k"]}
+    rows = {
+        "ar": Row("ar"),
+        **{f"N={b}": Row("glance", "ar", options={**tree, "budget": b}) for b in budgets},
+        "auto": Row("glance", "ar", options={**tree, "budget": "auto"}),
+    }
+    models = Models(target, head, costs=verify_costs(cfg))
     runs, auto_sizes = {r: [] for r in rows}, []
     for i, (ids, positions) in enumerate(inputs):
-        kw = dict(
-            positions=positions, stop_token_ids=stops, timing=settings["timing"], return_stats=True
-        )
-
-        def call(row, ids=ids, kw=kw):
-            if rows[row] is None:
-                return glance.greedy_generate(target, ids, max_new, **kw)
-            return glance.generate(
-                head,
-                target,
-                ids,
-                max_new,
-                budget=rows[row],
-                branch_k=settings["branch_k"],
-                costs=verify_costs(cfg),
-                **kw,
-            )
-
-        for row in rows:
-            out, stats = call(row)
-            runs[row].append(
-                {
-                    "ids": out[0, ids.shape[1] :].tolist(),
-                    "ms": stats.ms_per_token * stats.new_tokens,
-                    "new_tokens": stats.new_tokens,
-                    "committed": sum(r.committed for r in stats.rounds),
-                    "rounds": len(stats.rounds) if rows[row] is not None else None,
-                }
-            )
-            if row == "auto" and i > 0:
-                auto_sizes += [r.tree_size for r in stats.rounds]
+        prompt = Prompt(ids, positions, max_new, stops)
+        for name, row in rows.items():
+            record = run(row, models, prompt, timing=settings["timing"])
+            runs[name].append(record)
+            if name == "auto" and i > 0:
+                auto_sizes += [r.tree_size for r in record["stats"].rounds]
         gate(
-            {r: None if r == "ar" else "ar" for r in rows},
+            gated(rows),
             runs,
             f"sweep {task.name}, prompt {i}",
-            lambda base, ids=ids: call(base)[0][0, ids.shape[1] :].tolist(),
+            lambda base, p=prompt: run(rows[base], models, p, timing=settings["timing"])["ids"],
         )
     measured = {r: list(drop_warmup(v)) for r, v in runs.items()}
     stat = (int(cfg.seed), int(cfg.decode.bootstrap))

@@ -61,20 +61,21 @@ def test_each_row_is_gated_against_its_own_baseline():
 
 
 def test_the_audit_plans_every_lossless_row_with_its_baseline():
-    from stages.audit import plan
+    from glance.experiments.rows import audit_rows as plan
 
-    rows = plan({"budget": 63, "branch_k": 8}, [1, 7], [0.7], extend=63, auto=True)
-    bases = {r: b for r, (b, *_) in rows.items()}
+    rows = plan(63, 8, [1, 7], [0.7], extend=63, auto=True)
+    bases = {name: r.baseline for name, r in rows.items()}
     assert bases == {
         "ar": None, "glance": "ar", "glance_auto": "ar", "chain": "ar", "glance_extend": "ar",
         "glance@N=1": "ar", "glance@N=7": "ar",
         "ar@0.7": None, "glance@0.7": "ar@0.7", "chain@0.7": "ar@0.7",
     }  # fmt: skip
-    assert rows["glance@N=7"][3] == {"budget": 7, "branch_k": 8}
-    assert rows["glance_extend"][3]["extend_budget"] == 63
-    assert rows["glance_auto"][3]["budget"] == "auto"
+    assert rows["glance@N=7"].options == {"budget": 7, "branch_k": 8}
+    assert rows["glance_extend"].options["extend_budget"] == 63
+    assert rows["glance_auto"].options["budget"] == "auto"
+    assert all(r.lossless == (r.baseline is not None) for r in rows.values())
     # budget="auto" as the configured budget: no separate auto row; no extension row without one
-    assert set(plan({"budget": "auto", "branch_k": 8}, [], [], 0, True)) == {
+    assert set(plan("auto", 8, [], [], 0, True)) == {
         "ar",
         "glance",
         "chain",

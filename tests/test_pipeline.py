@@ -652,7 +652,7 @@ def test_the_readme_slurm_recipe_composes_with_submitit():
 def test_repro_bench_rows_agree_and_cost_curves(repro):
     from glance.core.budget import AUTO_SIZES
 
-    # the bench's rows, in order (stages/bench.py ROWS)
+    # the bench's rows, in order (stages.bench.bench_rows)
     ROWS = (
         "hf_greedy",
         "hf_prompt_lookup",

@@ -11,98 +11,32 @@ run as ``glance.experiments.results`` reads it, plus end-to-end time and draft t
 
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass
-
-__all__ = ["Models", "Prompt", "diverge", "divergence_summary", "run_row", "summarise"]
+__all__ = ["arms_rows", "diverge", "divergence_summary", "summarise"]
 
 
-@dataclass(frozen=True)
-class Models:
-    """What the rows run with: the target, the block head, the EAGLE-style
-    head, the assistant model (or ``None``), the verified ``budget``, the
-    block head's ``branch_k``, and the EAGLE-style tree's ``width`` and ``depth``."""
+def arms_rows(budget: int, branch_k: int, width: int, depth: int, rules) -> dict:
+    """The arms' rows (:class:`~glance.experiments.rows.Row`) by name: greedy,
+    GLANCE, the EAGLE-style tree (``width`` expanded per depth, ``depth``
+    deep), dflash's chain, the two-model chain (``depth`` a round), and GLANCE
+    walked with each LOSSY rule of ``rules``; every tree at ``budget`` nodes."""
+    from glance.experiments.rows import Row
 
-    target: object
-    head: object
-    eagle: object
-    assistant: object
-    budget: int
-    branch_k: int
-    width: int
-    depth: int
-
-
-@dataclass(frozen=True)
-class Prompt:
-    """One prompt: ``(1, n)`` ids, its positions, the cap on new tokens and
-    the stop ids."""
-
-    ids: object
-    positions: object
-    max_new: int
-    stops: list
-
-
-def run_row(row: str, models: Models, prompt: Prompt, budget: int | None = None) -> dict:
-    """One call of one row on ``prompt``: the new ids, decode-only ``ms`` and
-    end-to-end ``wall_ms``, tau's counts and the mean draft time per round
-    (at ``models.budget``, or ``budget``)."""
-    import glance
-    from glance.drafters.eagle import EagleDrafter
-    from glance.drafters.small import SmallModelDrafter
-    from glance.experiments.baselines import dflash_generate
-
-    target, head = models.target, models.head
-    ids, positions, max_new, stops = prompt.ids, prompt.positions, prompt.max_new, prompt.stops
-    kw = dict(positions=positions, stop_token_ids=stops, return_stats=True)
-    start = time.perf_counter()
-    if row == "dflash_chain":
-        new, (committed, rounds) = dflash_generate(head, target, ids, positions, max_new, stops)
-        wall = (time.perf_counter() - start) * 1e3
-        return {
-            "ids": new,
-            "ms": wall,
-            "wall_ms": wall,
-            "new_tokens": len(new),
-            "committed": committed,
-            "rounds": rounds,
-            "draft_ms": None,
-        }
-    if row == "greedy":
-        out, stats = glance.greedy_generate(target, ids, max_new, **kw)
-    elif row == "two_model":
-        drafter = SmallModelDrafter(models.assistant, positions, models.depth)
-        out, stats = glance.generate(drafter, target, ids, max_new, budget=models.depth, **kw)
-    else:
-        drafter = head
-        if row == "eagle":
-            drafter = EagleDrafter(models.eagle, target, models.width, models.depth)
-        accept = row.removeprefix("relaxed_") if row.startswith("relaxed_") else "exact"
-        out, stats = glance.generate(
-            drafter,
-            target,
-            ids,
-            max_new,
-            budget=budget or models.budget,
-            branch_k=models.branch_k,
-            accept=accept,
-            **kw,
-        )
-    wall = (time.perf_counter() - start) * 1e3
-    drafts = row != "greedy"
-    return {
-        "ids": out[0, ids.shape[1] :].tolist(),
-        "ms": stats.ms_per_token * stats.new_tokens,
-        "wall_ms": wall,
-        "new_tokens": stats.new_tokens,
-        "committed": sum(r.committed for r in stats.rounds),
-        "rounds": len(stats.rounds) if drafts else None,
-        "draft_ms": sum(r.draft_ms for r in stats.rounds) / len(stats.rounds) if drafts else None,
+    tree = {"budget": budget, "branch_k": branch_k}
+    rows = {
+        "greedy": Row("ar"),
+        "glance": Row("glance", "greedy", options={**tree, "accept": "exact"}),
+        "eagle": Row(
+            "eagle", "greedy", options={**tree, "accept": "exact", "width": width, "depth": depth}
+        ),
+        "dflash_chain": Row("dflash_chain", "greedy"),
+        "two_model": Row("two_model", "greedy", options={"depth": depth}),
     }
+    for rule in rules:
+        rows[f"relaxed_{rule}"] = Row("relaxed", "greedy", options={**tree, "accept": rule})
+    return rows
 
 
-def diverge(models: Models, prompt: Prompt, runs: dict, lossy) -> None:
+def diverge(models, prompt, runs: dict, lossy) -> None:
     """Annotate the latest run of each lossy row with where it left greedy."""
     from glance.decoding.relaxed import first_divergence
 
