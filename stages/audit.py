@@ -19,7 +19,7 @@ mismatch.
 The decode stage runs many of these rows on the same prompts. Where its
 ``results/decode/<task>/outputs.jsonl`` was made under the recipe the audit
 would use (float32, greedy, no context filler, the same budget, seeds and
-pinned numerics: :func:`stages.common.token_recipe`; the same task file,
+pinned numerics: :func:`stages.prompts.token_recipe`; the same task file,
 target, head weights and ``glance`` sources: :func:`stages.decode.inputs_digest`),
 those rows' ids are taken from it rather than decoded again (``audit.json`` lists them
 under ``from_decode``); the greedy baseline's control run is always the

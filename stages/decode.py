@@ -61,7 +61,7 @@ def inputs_digest(cfg, task) -> dict:
     """SHA-256 of what a row's ids are made from beyond the config: the task
     file, the target's record (its weights' hash, or hub name and revision),
     the head's files and ``glance``'s sources. Part of the audit's reuse recipe
-    (:func:`stages.common.token_recipe`), so the recipe goes stale when any of
+    (:func:`stages.prompts.token_recipe`), so the recipe goes stale when any of
     them changes, also when a stage is run by hand outside DVC."""
     import hashlib
 

@@ -32,7 +32,7 @@ TOY_TASKS = (
 ALLOWED = {
     TOY_TASKS: "the toy world's definition (glance/toy/tasks.py) and its drawn task files; "
     "test_toy_task_table_matches_the_world recomputes every number",
-    "| module | what it holds | needs |": "describes code ('width 1' is the chain)",
+    "| subpackage | what it holds | needs |": "describes code ('width 1' is the chain)",
 }
 
 

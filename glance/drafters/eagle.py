@@ -79,7 +79,6 @@ class EagleDrafter:
         lp, ids = logp.topk(min(self.width, logp.shape[-1]), dim=-1)
         return ids, lp.double()
 
-    @torch.no_grad()
     def draft(self, root: int, length: int, depth: int, plan) -> CandidateTree:
         """:meth:`draft_tree` at ``plan.budget`` nodes; this drafter grows its
         own tree, so it takes no ``"auto"`` budget."""
@@ -90,6 +89,7 @@ class EagleDrafter:
             )
         return self.draft_tree(root, length, depth, plan.budget)
 
+    @torch.no_grad()
     def draft_tree(self, root: int, length: int, depth: int, budget: int) -> CandidateTree:
         """The round's tree: at most ``budget`` nodes, at most ``depth`` deep."""
         device, m = self.pending.device, self.pending.shape[1]

@@ -56,6 +56,13 @@ def noise_embedding(head, target, block_ids: torch.Tensor) -> torch.Tensor:
     return embeddings(target)(block_ids) * scale
 
 
+def default_layer_ids(n_layers: int, n_ids: int = 2) -> list[int]:
+    """``n_ids`` target layers spread from the first to the second-to-last."""
+    if n_layers < 2:
+        return [0]
+    return sorted({round(i * (n_layers - 2) / max(1, n_ids - 1)) for i in range(n_ids)})
+
+
 def context_features(hidden_states, layer_ids) -> torch.Tensor:
     """``(batch, n, len(layer_ids) * hidden)``: the kept layers' states, concatenated."""
     from dflash import extract_context_feature

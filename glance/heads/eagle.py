@@ -35,6 +35,7 @@ import torch
 import torch.nn.functional as F
 from transformers import PretrainedConfig, PreTrainedModel
 
+from glance.heads.block import default_layer_ids
 from glance.targets.vl import text_config
 
 __all__ = ["EagleConfig", "EagleHead", "build_eagle_head", "check_eagle_fits", "load_eagle_head"]
@@ -176,7 +177,6 @@ class EagleHead(PreTrainedModel):
 def build_eagle_head(target, layer_ids=None, seed: int = 0, intermediate: int | None = None):
     """A fresh :class:`EagleHead` for ``target``, reading ``layer_ids`` (by
     default a low, middle and high layer, spread as the block head's are)."""
-    from glance.training.block import default_layer_ids
 
     text = text_config(target)
     params = getattr(text, "rope_parameters", None) or {}

@@ -20,11 +20,13 @@ from pathlib import Path
 import torch
 
 __all__ = [
+    "FILLER",
     "STOP_TOKENS",
     "StreamPositions",
     "VisionPositions",
     "chat_inputs",
     "control_tokens",
+    "filler",
     "positions_from",
     "stop_ids",
     "user_turn",

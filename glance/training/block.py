@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from glance.heads.block import context_features, lm_head, noise_embedding
+from glance.heads.block import context_features, default_layer_ids, lm_head, noise_embedding
 from glance.targets.vl import StreamPositions, text_config
 
 __all__ = [
@@ -99,13 +99,6 @@ class Sequence:
     input_ids: torch.Tensor
     prompt_len: int
     positions: object = field(default_factory=StreamPositions)
-
-
-def default_layer_ids(n_layers: int, n_ids: int = 2) -> list[int]:
-    """``n_ids`` target layers spread from the first to the second-to-last."""
-    if n_layers < 2:
-        return [0]
-    return sorted({round(i * (n_layers - 2) / max(1, n_ids - 1)) for i in range(n_ids)})
 
 
 def build_head(target, mask_token_id: int, cfg: HeadConfig = HeadConfig()):
