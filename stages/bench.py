@@ -126,52 +126,6 @@ def run_row(row, models, prompt) -> dict:
     return {"ids": new, "ms": ms, "new_tokens": len(new), "rounds": rounds, "peak_mib": mib}
 
 
-def summarise(runs: dict, prefill: list, seed: int, resamples: int) -> dict:
-    """Per row, one aggregation: pooled time over pooled tokens, in both windows
-    (``end_to_end``: the whole call; ``decode_only``: minus the prompt's
-    prefill). Speedups are ratios of pooled times with paired bootstrap
-    intervals over prompts: each row over ``hf_greedy``, and ``glance_tree``
-    over each row."""
-    from glance.core.metrics import drop_warmup, paired_bootstrap, pooled_tau
-
-    def interval(base, method):
-        est = paired_bootstrap(base, method, seed=seed, n_resamples=resamples)
-        return {"estimate": est.estimate, "low": est.low, "high": est.high}
-
-    pre = list(drop_warmup(prefill))
-    calls = {row: list(drop_warmup(c)) for row, c in runs.items()}
-    windows = {
-        "end_to_end": {row: [c["ms"] for c in cs] for row, cs in calls.items()},
-        "decode_only": {
-            row: [max(c["ms"] - p, 1e-6) for c, p in zip(cs, pre, strict=True)]
-            for row, cs in calls.items()
-        },
-    }
-    base = calls["hf_greedy"]
-    out = {}
-    for row, cs in calls.items():
-        tokens = sum(c["new_tokens"] for c in cs)
-        drafted = [c["rounds"] for c in cs if c["rounds"] is not None]
-        peaks = [c["peak_mib"] for c in cs if c["peak_mib"] is not None]
-        out[row] = {
-            "new_tokens": tokens,
-            "tau": pooled_tau(*zip(*drafted, strict=True)) if drafted else None,
-            "peak_mib": float(np.max(peaks)) if peaks else None,
-            "same_output_as_hf_greedy": sum(
-                c["ids"] == b["ids"] for c, b in zip(cs, base, strict=True)
-            ),
-        }
-        for window, ms in windows.items():
-            total = float(np.sum(ms[row]))
-            out[row][window] = {
-                "ms_per_token": total / tokens,
-                "tokens_per_s": 1e3 * tokens / total,
-                "speedup": interval(ms["hf_greedy"], ms[row]),
-                "glance_tree_over": interval(ms[row], ms["glance_tree"]),
-            }
-    return out
-
-
 def length_curve(cfg, target, head, processor) -> dict:
     """ms per token (decode_only window) at each output length, with no stop token.
 
@@ -273,40 +227,13 @@ def budget_curve(cfg, target, head, processor) -> dict:
     return {"task": task.name, "rows": rows}
 
 
-def _x(sp: dict) -> str:
-    return f"{sp['estimate']:.2f}x [{sp['low']:.2f}, {sp['high']:.2f}]"
-
-
-def markdown(result: dict) -> str:
-    """One row per task and system. Pooled over prompts (total time over total
-    tokens); ``e2e``: the whole call, prefill included; ``decode``: minus the
-    prompt's time to first token. Intervals: 95% paired BCa bootstrap over prompts."""
-    memory = any(
-        x["peak_mib"] is not None for rows in result["tasks"].values() for x in rows.values()
-    )
-    head = "| task | row | tau | tokens/s e2e | ms/token e2e | ms/token decode "
-    head += "| over hf_greedy, e2e | over hf_greedy, decode | glance_tree over row, e2e |"
-    lines = [head + (" peak MiB |" if memory else ""), "|---" * (9 + memory) + "|"]
-    for task, rows in result["tasks"].items():
-        for row, x in rows.items():
-            e2e, dec = x["end_to_end"], x["decode_only"]
-            tau = f"{x['tau']:.2f}" if x["tau"] is not None else ""
-            line = (
-                f"| {task} | {row} | {tau} | {e2e['tokens_per_s']:.1f} | {e2e['ms_per_token']:.3f} "
-                f"| {dec['ms_per_token']:.3f} | {_x(e2e['speedup'])} | {_x(dec['speedup'])} "
-                f"| {_x(e2e['glance_tree_over'])} |"
-            )
-            if memory:
-                line += f" {x['peak_mib']:.1f} |" if x["peak_mib"] is not None else " |"
-            lines.append(line)
-    return "\n".join(lines) + "\n"
-
-
 @app
 def main(cfg) -> None:
     from tqdm import tqdm
 
+    from glance.experiments.results import bench_summary
     from glance.experiments.rows import Models, Prompt
+    from glance.reporting.report import bench_markdown
 
     setup(cfg)
     decode_settings(cfg)  # bad settings fail before any model loads
@@ -343,7 +270,9 @@ def main(cfg) -> None:
             prompt = Prompt(ids, positions, max_new, stops)
             for row in rows:  # interleaved: every row on this prompt, then the next prompt
                 runs[row].append(run_row(rows[row], models, prompt))
-        result["tasks"][name] = summarise(runs, prefill, int(cfg.seed), int(cfg.decode.bootstrap))
+        result["tasks"][name] = bench_summary(
+            runs, prefill, int(cfg.seed), int(cfg.decode.bootstrap)
+        )
     result["length_curve"] = length_curve(cfg, target, head, processor)
     result["budget_curve"] = budget_curve(cfg, target, head, processor)
     results = Path(cfg.paths.results)
@@ -366,12 +295,12 @@ def main(cfg) -> None:
         )
     ]
     others = {
-        "bench.md": markdown(result),
+        "bench.md": bench_markdown(result),
         "verify_cost.csv": "\n".join(cost) + "\n",
         "length_curve.csv": "\n".join(length) + "\n",
     }
     write_set(results, "bench.json", result | {"numerics": numerics_record(cfg)}, others)
-    log.info("bench:\n%s", markdown(result))
+    log.info("bench:\n%s", bench_markdown(result))
 
 
 if __name__ == "__main__":

@@ -193,17 +193,9 @@ def read_outputs(path, recipe: dict) -> dict:
 
 
 def sampling_kwargs(cfg: DictConfig, temperature: float, prompt: int) -> dict:
-    """``generate`` keyword arguments for one prompt at ``temperature``: the
-    config's top-p and top-k, and a CPU generator seeded from ``seed`` and the
-    prompt's index, so a rerun draws the same text."""
-    import torch
+    """:func:`glance.experiments.rows.sampling_options` from the config's
+    ``seed``, ``decode.top_p`` and ``decode.top_k``."""
+    from glance.experiments.rows import sampling_options
 
-    if float(temperature) == 0:
-        return {}
-    g = torch.Generator().manual_seed(int(cfg.seed) * 1_000_003 + prompt)
-    return dict(
-        temperature=float(temperature),
-        top_p=float(cfg.decode.top_p),
-        top_k=int(cfg.decode.top_k),
-        generator=g,
-    )
+    d = cfg.decode
+    return sampling_options(int(cfg.seed), prompt, temperature, d.top_p, d.top_k)

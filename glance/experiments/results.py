@@ -18,6 +18,7 @@ import numpy as np
 from glance._io import atomic_write_text
 
 __all__ = [
+    "bench_summary",
     "read_rounds",
     "regime",
     "speed_ratio",
@@ -151,4 +152,53 @@ def regime(measured: dict, rounds: list[dict], block: int) -> dict:
         out["chain_offset_acceptance"] = offset_acceptance(
             [r["accepted"] for r in chain_rounds], [r["cap"] for r in chain_rounds], block - 1
         )
+    return out
+
+
+def bench_summary(runs: dict, prefill: list, seed: int, resamples: int) -> dict:
+    """The bench's summary of ``runs`` (row -> per-prompt calls, each with
+    ``ids``, ``ms``, ``new_tokens``, ``rounds`` as ``(committed, rounds)`` or
+    ``None``, ``peak_mib``) and each prompt's ``prefill`` ms; the first prompt
+    is the warm-up. Per row, one aggregation: pooled time over pooled tokens, in both windows
+    (``end_to_end``: the whole call; ``decode_only``: minus the prompt's
+    prefill). Speedups are ratios of pooled times with paired bootstrap
+    intervals over prompts: each row over ``hf_greedy``, and ``glance_tree``
+    over each row."""
+    from glance.core.metrics import drop_warmup, paired_bootstrap, pooled_tau
+
+    def interval(base, method):
+        est = paired_bootstrap(base, method, seed=seed, n_resamples=resamples)
+        return {"estimate": est.estimate, "low": est.low, "high": est.high}
+
+    pre = list(drop_warmup(prefill))
+    calls = {row: list(drop_warmup(c)) for row, c in runs.items()}
+    windows = {
+        "end_to_end": {row: [c["ms"] for c in cs] for row, cs in calls.items()},
+        "decode_only": {
+            row: [max(c["ms"] - p, 1e-6) for c, p in zip(cs, pre, strict=True)]
+            for row, cs in calls.items()
+        },
+    }
+    base = calls["hf_greedy"]
+    out = {}
+    for row, cs in calls.items():
+        tokens = sum(c["new_tokens"] for c in cs)
+        drafted = [c["rounds"] for c in cs if c["rounds"] is not None]
+        peaks = [c["peak_mib"] for c in cs if c["peak_mib"] is not None]
+        out[row] = {
+            "new_tokens": tokens,
+            "tau": pooled_tau(*zip(*drafted, strict=True)) if drafted else None,
+            "peak_mib": float(np.max(peaks)) if peaks else None,
+            "same_output_as_hf_greedy": sum(
+                c["ids"] == b["ids"] for c, b in zip(cs, base, strict=True)
+            ),
+        }
+        for window, ms in windows.items():
+            total = float(np.sum(ms[row]))
+            out[row][window] = {
+                "ms_per_token": total / tokens,
+                "tokens_per_s": 1e3 * tokens / total,
+                "speedup": interval(ms["hf_greedy"], ms[row]),
+                "glance_tree_over": interval(ms[row], ms["glance_tree"]),
+            }
     return out

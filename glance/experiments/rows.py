@@ -23,7 +23,18 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-__all__ = ["KINDS", "Kind", "Models", "Prompt", "Row", "audit_rows", "decode_rows", "gated", "run"]
+__all__ = [
+    "KINDS",
+    "Kind",
+    "Models",
+    "Prompt",
+    "Row",
+    "audit_rows",
+    "decode_rows",
+    "gated",
+    "run",
+    "sampling_options",
+]
 
 
 @dataclass(frozen=True)
@@ -266,3 +277,16 @@ def audit_rows(budget, branch_k: int, sweep_budgets=(), temperatures=(), extend=
         rows[f"glance@{t:g}"] = Row("glance", f"ar@{t:g}", t, tree)
         rows[f"chain@{t:g}"] = Row("chain", f"ar@{t:g}", t)
     return rows
+
+
+def sampling_options(seed: int, prompt: int, temperature: float, top_p=1.0, top_k=0) -> dict:
+    """A row's sampling keywords on prompt number ``prompt``: none at
+    temperature 0; otherwise ``top_p``, ``top_k`` and a CPU generator seeded
+    from ``seed`` and ``prompt``, so a rerun draws the same text and every row
+    at one temperature draws the same uniforms on a prompt."""
+    if float(temperature) == 0:
+        return {}
+    import torch
+
+    g = torch.Generator().manual_seed(int(seed) * 1_000_003 + int(prompt))
+    return dict(temperature=float(temperature), top_p=float(top_p), top_k=int(top_k), generator=g)

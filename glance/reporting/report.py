@@ -18,6 +18,7 @@ from glance._io import _umask
 
 __all__ = [
     "arms_markdown",
+    "bench_markdown",
     "heads_markdown",
     "arms_panel",
     "budget_panel",
@@ -586,3 +587,33 @@ def arms_panel(plt, result: dict, task: str, path) -> None:
     ax.legend(fontsize=7)
     save_figure(fig, path)
     plt.close(fig)
+
+
+def _x(sp: dict) -> str:
+    return f"{sp['estimate']:.2f}x [{sp['low']:.2f}, {sp['high']:.2f}]"
+
+
+def bench_markdown(result: dict) -> str:
+    """The bench's table (``results/bench.md``): one row per task and system.
+    Pooled over prompts (total time over total tokens); ``e2e``: the whole
+    call, prefill included; ``decode``: minus the prompt's time to first token.
+    Intervals: 95% paired BCa bootstrap over prompts."""
+    memory = any(
+        x["peak_mib"] is not None for rows in result["tasks"].values() for x in rows.values()
+    )
+    head = "| task | row | tau | tokens/s e2e | ms/token e2e | ms/token decode "
+    head += "| over hf_greedy, e2e | over hf_greedy, decode | glance_tree over row, e2e |"
+    lines = [head + (" peak MiB |" if memory else ""), "|---" * (9 + memory) + "|"]
+    for task, rows in result["tasks"].items():
+        for row, x in rows.items():
+            e2e, dec = x["end_to_end"], x["decode_only"]
+            tau = f"{x['tau']:.2f}" if x["tau"] is not None else ""
+            line = (
+                f"| {task} | {row} | {tau} | {e2e['tokens_per_s']:.1f} | {e2e['ms_per_token']:.3f} "
+                f"| {dec['ms_per_token']:.3f} | {_x(e2e['speedup'])} | {_x(dec['speedup'])} "
+                f"| {_x(e2e['glance_tree_over'])} |"
+            )
+            if memory:
+                line += f" {x['peak_mib']:.1f} |" if x["peak_mib"] is not None else " |"
+            lines.append(line)
+    return "\n".join(lines) + "\n"
