@@ -73,89 +73,89 @@ class Task:
 
 @dataclass
 class Decode:
-    bootstrap: int = 2000
-    top_p: float = 1.0
-    top_k: int = 0
-    sampled: list[float] = field(default_factory=list)
-    extend_row: int = 0
-    auto_row: bool = True
+    bootstrap: int = MISSING
+    top_p: float = MISSING
+    top_k: int = MISSING
+    sampled: list[float] = MISSING
+    extend_row: int = MISSING
+    auto_row: bool = MISSING
 
 
 @dataclass
 class Paths:
-    data: str = "data/tasks"
-    target: str = "models/target"
-    head: str = "models/head"
-    results: str = "results"
-    figures: str = "figures"
+    data: str = MISSING
+    target: str = MISSING
+    head: str = MISSING
+    results: str = MISSING
+    figures: str = MISSING
 
 
 @dataclass
 class Prepare:
-    source: str = "toy"
-    n: int = 41
-    seed: int = 1
-    dataset: str | None = None
-    split: str | None = None
-    limit: int | None = None
-    revision: str | None = None
+    source: str = MISSING
+    n: int = MISSING
+    seed: int = MISSING
+    dataset: str | None = MISSING
+    split: str | None = MISSING
+    limit: int | None = MISSING
+    revision: str | None = MISSING
 
 
 @dataclass
 class Audit:
-    n: int = 3
+    n: int = MISSING
 
 
 @dataclass
 class Sweep:
-    task: str = "docvqa"
-    budgets: list[Any] = field(default_factory=list)
-    n: int = 6
+    task: str = MISSING
+    budgets: list[Any] = MISSING
+    n: int = MISSING
 
 
 @dataclass
 class ContextSweep:
-    task: str = "textvqa"
-    lengths: list[int] = field(default_factory=list)
-    n: int = 8
+    task: str = MISSING
+    lengths: list[int] = MISSING
+    n: int = MISSING
 
 
 @dataclass
 class SeedCheck:
-    seeds: list[int] = field(default_factory=list)
-    n: int = 10
+    seeds: list[int] = MISSING
+    n: int = MISSING
 
 
 @dataclass
 class Bench:
-    tasks: list[str] = field(default_factory=list)
-    n: int = 6
-    lookup_tokens: int = 10
-    lengths: list[int] = field(default_factory=list)
-    length_task: str = "longform"
-    length_n: int = 2
-    cost_task: str = "docvqa"
-    cost_n: int = 3
+    tasks: list[str] = MISSING
+    n: int = MISSING
+    lookup_tokens: int = MISSING
+    lengths: list[int] = MISSING
+    length_task: str = MISSING
+    length_n: int = MISSING
+    cost_task: str = MISSING
+    cost_n: int = MISSING
 
 
 @dataclass
 class Assistant:
-    path: str = "models/assistant"
-    size: dict[str, int] = field(default_factory=dict)
-    train: dict[str, Any] = field(default_factory=dict)
+    path: str = MISSING
+    size: dict[str, int] = MISSING
+    train: dict[str, Any] = MISSING
 
 
 @dataclass
 class Arms:
-    path: str = "models/eagle-head"
-    tasks: list[str] = field(default_factory=list)
-    n: int = 20
-    budget: int = 32
-    width: int = 8
-    depth: int = 8
-    rules: list[str] = field(default_factory=list)
-    budgets: list[int] = field(default_factory=list)
-    train: dict[str, int] = field(default_factory=dict)
+    path: str = MISSING
+    tasks: list[str] = MISSING
+    n: int = MISSING
+    budget: int = MISSING
+    width: int = MISSING
+    depth: int = MISSING
+    rules: list[str] = MISSING
+    budgets: list[int] = MISSING
+    train: dict[str, int] = MISSING
     assistant: Assistant = field(default_factory=Assistant)
 
 
@@ -176,24 +176,24 @@ class Config:
     target: Target = field(default_factory=Target)
     head: Head = field(default_factory=Head)
     task: Task | None = None
-    seed: int = 0
-    device: str = "cpu"
-    dtype: str = "float32"
-    threads: int = 2
+    seed: int = MISSING
+    device: str = MISSING
+    dtype: str = MISSING
+    threads: int = MISSING
     numerics: Numerics = field(default_factory=Numerics)
     decode: Decode = field(default_factory=Decode)
-    budget: Any = 63
-    branch_k: int = 8
-    timing: str = "decode_only"
-    n: int = 20
-    max_new_tokens: int | None = None
-    chain: bool = True
-    context: int = 0
-    temperature: float = 0.0
-    extend_budget: int = 0
+    budget: Any = MISSING
+    branch_k: int = MISSING
+    timing: str = MISSING
+    n: int = MISSING
+    max_new_tokens: int | None = MISSING
+    chain: bool = MISSING
+    context: int = MISSING
+    temperature: float = MISSING
+    extend_budget: int = MISSING
     paths: Paths = field(default_factory=Paths)
-    out_dir: str | None = None
-    tasks: list[str] = field(default_factory=list)
+    out_dir: str | None = MISSING
+    tasks: list[str] = MISSING
     prepare: Prepare = field(default_factory=Prepare)
     audit: Audit = field(default_factory=Audit)
     sweep: Sweep = field(default_factory=Sweep)
@@ -248,7 +248,7 @@ def check_types(cfg: DictConfig) -> None:
     plain = OmegaConf.to_container(cfg, resolve=True)
     plain.pop("hydra", None)
     try:
-        OmegaConf.merge(OmegaConf.structured(Config), plain)
+        merged = OmegaConf.merge(OmegaConf.structured(Config), plain)
     except OmegaConfBaseException as err:
         key = getattr(err, "full_key", None) or "config"
         message = str(err).splitlines()[0]
@@ -259,6 +259,10 @@ def check_types(cfg: DictConfig) -> None:
                 f"{key}: expected {_ARTICLE.get(wanted, wanted)}; got {err.value!r}"
             ) from None
         raise SystemExit(f"{key}: {message}") from None
+    # the defaults live in conf/ alone: the schema has none to fall back on
+    missing = sorted(OmegaConf.missing_keys(merged))
+    if missing:
+        raise SystemExit(f"{missing[0]}: expected a value (conf/config.yaml sets every key)")
 
 
 _ARTICLE = {
