@@ -30,57 +30,15 @@ host share of a round against the budget. Writes ``results/bench.json`` and
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import numpy as np
 
-from glance.experiments.baselines import hf_generate
+from glance.experiments.timing import prefill_ms, timed_run
 from glance.targets.vl import stop_ids
 from stages.common import app, load_target, log, numerics_record, setup, task_by_name, write_set
 from stages.inputs import prompt_inputs, task_records
 from stages.prompts import decode_settings, extend_row, load_head, verify_costs
-
-
-def peak_memory(device, fn):
-    """``fn()`` and its peak allocated memory in MiB: the CUDA allocator's peak
-    above what was allocated before the call. ``None`` on other devices, where
-    no allocator peak exists (a resident-set poll would time the poller too)."""
-    import torch
-
-    if device.type != "cuda":
-        return fn(), None
-    torch.cuda.synchronize(device)
-    torch.cuda.reset_peak_memory_stats(device)
-    base = torch.cuda.memory_allocated(device)
-    out = fn()
-    torch.cuda.synchronize(device)
-    return out, (torch.cuda.max_memory_allocated(device) - base) / 2**20
-
-
-def sync(device) -> None:
-    import torch
-
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def prefill_ms(target, ids, positions, stops, repeats: int = 3) -> float:
-    """The prompt's time to first token: the median wall time of
-    ``target.generate`` for one new token. It is subtracted from every row's
-    wall time on that prompt to give the ``decode_only`` window, so each row
-    loses the same prefill."""
-    import torch
-
-    times = []
-    with torch.inference_mode():
-        for _ in range(repeats):
-            sync(target.device)
-            start = time.perf_counter()
-            hf_generate(target, ids, positions, 1, stops)
-            sync(target.device)
-            times.append((time.perf_counter() - start) * 1e3)
-    return float(np.median(times))
 
 
 def bench_rows(cfg, extend: int) -> dict:
@@ -101,29 +59,6 @@ def bench_rows(cfg, extend: int) -> dict:
         "glance_extend": Row("glance", options={**tree, "extend_budget": extend}),
     }
     return rows if extend else {k: v for k, v in rows.items() if k != "glance_extend"}
-
-
-def run_row(row, models, prompt) -> dict:
-    """One timed call of one row: new tokens, wall ms (prefill included), tau's
-    counts (or None), peak MiB (CUDA only)."""
-    import torch
-
-    from glance.experiments.rows import run
-
-    device = models.target.device
-
-    def call():
-        record = run(row, models, prompt)
-        counts = None if record["rounds"] is None else (record["committed"], record["rounds"])
-        return record["ids"], counts
-
-    with torch.inference_mode():
-        sync(device)
-        start = time.perf_counter()
-        (new, rounds), mib = peak_memory(device, call)
-        sync(device)
-        ms = (time.perf_counter() - start) * 1e3
-    return {"ids": new, "ms": ms, "new_tokens": len(new), "rounds": rounds, "peak_mib": mib}
 
 
 def length_curve(cfg, target, head, processor) -> dict:
@@ -269,7 +204,7 @@ def main(cfg) -> None:
             prefill.append(prefill_ms(target, ids, positions, stops))
             prompt = Prompt(ids, positions, max_new, stops)
             for row in rows:  # interleaved: every row on this prompt, then the next prompt
-                runs[row].append(run_row(rows[row], models, prompt))
+                runs[row].append(timed_run(rows[row], models, prompt))
         result["tasks"][name] = bench_summary(
             runs, prefill, int(cfg.seed), int(cfg.decode.bootstrap)
         )
