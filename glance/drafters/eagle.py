@@ -8,13 +8,14 @@ import numpy as np
 import torch
 
 from glance.core.tree import CandidateTree
+from glance.drafters.protocol import GrowingDrafter
 from glance.heads.block import context_features, embeddings, lm_head
 from glance.heads.eagle import EagleHead, check_eagle_fits
 
 __all__ = ["EagleDrafter"]
 
 
-class EagleDrafter:
+class EagleDrafter(GrowingDrafter):
     """An :class:`EagleHead` as a :class:`~glance.drafters.protocol.Drafter`
     that grows its own tree.
 
@@ -78,16 +79,6 @@ class EagleDrafter:
         logp = torch.log_softmax(self.head.logits(out, self.output).float(), dim=-1)
         lp, ids = logp.topk(min(self.width, logp.shape[-1]), dim=-1)
         return ids, lp.double()
-
-    def draft(self, root: int, length: int, depth: int, plan) -> CandidateTree:
-        """:meth:`draft_tree` at ``plan.budget`` nodes; this drafter grows its
-        own tree, so it takes no ``"auto"`` budget."""
-        if isinstance(plan.budget, str):
-            raise ValueError(
-                f"{type(self).__name__} grows its own tree: budget must be an int; "
-                f"got budget={plan.budget!r}"
-            )
-        return self.draft_tree(root, length, depth, plan.budget)
 
     @torch.no_grad()
     def draft_tree(self, root: int, length: int, depth: int, budget: int) -> CandidateTree:

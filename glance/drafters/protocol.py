@@ -29,7 +29,7 @@ import torch
 
 from glance.core.tree import CandidateTree
 
-__all__ = ["Drafter", "Extends", "Plan", "TableDrafter"]
+__all__ = ["Drafter", "Extends", "GrowingDrafter", "Plan", "TableDrafter"]
 
 
 class Plan(Protocol):
@@ -90,3 +90,24 @@ class TableDrafter:
 
     def draft(self, root: int, length: int, depth: int, plan: Plan) -> CandidateTree:
         return plan(*self.propose(root, length, depth))
+
+
+class GrowingDrafter:
+    """A :class:`Drafter` that grows its own tree: subclasses set ``width``
+    and ``max_depth`` and write :meth:`draft_tree`, :meth:`start` and
+    :meth:`advance`. It takes a fixed budget only, never ``"auto"``."""
+
+    width: int
+    max_depth: int
+
+    def draft_tree(self, root: int, length: int, depth: int, budget: int) -> CandidateTree:
+        """At most ``budget`` nodes at most ``depth`` deep after ``root``."""
+        raise NotImplementedError
+
+    def draft(self, root: int, length: int, depth: int, plan: Plan) -> CandidateTree:
+        if isinstance(plan.budget, str):
+            raise ValueError(
+                f"{type(self).__name__} grows its own tree: budget must be an int; "
+                f"got budget={plan.budget!r}"
+            )
+        return self.draft_tree(root, length, depth, plan.budget)

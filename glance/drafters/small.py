@@ -11,11 +11,12 @@ import torch
 
 from glance.core.tree import CandidateTree
 from glance.decoding.cache import KVCache
+from glance.drafters.protocol import GrowingDrafter
 
 __all__ = ["SmallModelDrafter"]
 
 
-class SmallModelDrafter:
+class SmallModelDrafter(GrowingDrafter):
     """The two-model arm's :class:`~glance.drafters.protocol.Drafter`: a
     smaller VLM with its own cache that drafts a greedy chain of up to
     ``depth`` tokens per round, verified by the same ``verify`` and ``walk``
@@ -50,16 +51,6 @@ class SmallModelDrafter:
             **kwargs,
         )
         return int(out.logits[0, -1].argmax())
-
-    def draft(self, root: int, length: int, depth: int, plan) -> CandidateTree:
-        """:meth:`draft_tree` at ``plan.budget`` nodes; this drafter grows its
-        own tree, so it takes no ``"auto"`` budget."""
-        if isinstance(plan.budget, str):
-            raise ValueError(
-                f"{type(self).__name__} grows its own tree: budget must be an int; "
-                f"got budget={plan.budget!r}"
-            )
-        return self.draft_tree(root, length, depth, plan.budget)
 
     def draft_tree(self, root: int, length: int, depth: int, budget: int):
 
