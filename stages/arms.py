@@ -49,8 +49,9 @@ from pathlib import Path
 
 from glance.experiments.arms import arms_rows, diverge, summarise
 from glance.experiments.rows import Models, Prompt, gated, run
+from glance.pipeline.app import app, load_target, log, numerics_record, setup, task_by_name
+from glance.pipeline.files import write_set
 from glance.targets.vl import stop_ids
-from stages.common import app, load_target, log, numerics_record, setup, task_by_name, write_set
 from stages.inputs import filler, prompt_inputs, task_records
 from stages.prompts import gate, load_head
 

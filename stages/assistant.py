@@ -15,38 +15,29 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from stages.common import (
-    app,
-    log,
-    numerics_record,
-    plain,
-    read_json,
-    setup,
-    write_json,
-    write_timing,
-)
+from glance.pipeline.app import app, log, numerics_record, setup
+from glance.pipeline.files import read_json, write_json, write_timing
 
 
 @app
 def main(cfg) -> None:
-    from glance.toy.world import TargetSize, TrainConfig, train_target
+    from dataclasses import asdict
+
+    from glance.targets.vl import load_target
+    from glance.toy.world import train_target
 
     setup(cfg)
     info = read_json(Path(cfg.paths.target) / "target.json", "run the target stage first")
     if info["source"] != "toy":
         raise SystemExit("stages.assistant trains a toy assistant for the toy target only")
-    a = cfg.arms.assistant
-    size, train = plain(a.size), plain(a.train)
-    out = Path(a.path)
-    train_log = train_target(out, TrainConfig(**train), TargetSize(**size))
-    from glance.targets.vl import load_target
-
+    a, out = cfg.arms.assistant, Path(cfg.arms.assistant.path)
+    train_log = train_target(out, a.train, a.size)
     model, _ = load_target(out)
     params = sum(p.numel() for p in model.parameters())
     write_json(
         out / "assistant.json",
         {
-            "size": size,
+            "size": asdict(a.size),
             "parameters": params,
             "train": write_timing(cfg, "assistant", train_log),
             "numerics": numerics_record(cfg),

@@ -34,8 +34,10 @@ from pathlib import Path
 from omegaconf import open_dict
 
 from glance.experiments.gate import VERDICTS, first_difference, verdict
+from glance.pipeline.app import app, load_target, log, numerics_record, setup, task_by_name
+from glance.pipeline.config import budget
+from glance.pipeline.files import write_json
 from glance.targets.vl import stop_ids
-from stages.common import app, load_target, log, numerics_record, setup, task_by_name, write_json
 from stages.decode import inputs_digest
 from stages.inputs import prompt_inputs, task_records
 from stages.prompts import (
@@ -47,7 +49,6 @@ from stages.prompts import (
     token_recipe,
     verify_costs,
 )
-from stages.schema import budget
 
 
 @app

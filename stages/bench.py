@@ -35,8 +35,9 @@ from pathlib import Path
 import numpy as np
 
 from glance.experiments.timing import prefill_ms, timed_run
+from glance.pipeline.app import app, load_target, log, numerics_record, setup, task_by_name
+from glance.pipeline.files import write_set
 from glance.targets.vl import stop_ids
-from stages.common import app, load_target, log, numerics_record, setup, task_by_name, write_set
 from stages.inputs import prompt_inputs, task_records
 from stages.prompts import decode_settings, extend_row, load_head, verify_costs
 

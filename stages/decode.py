@@ -41,8 +41,9 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
+from glance.pipeline.app import app, load_target, log, numerics_record, setup, task_config
+from glance.pipeline.files import write_json
 from glance.targets.vl import stop_ids
-from stages.common import app, load_target, log, numerics_record, setup, task_config, write_json
 from stages.inputs import filler, prompt_inputs, task_records
 from stages.prompts import (
     check_context,

@@ -15,35 +15,21 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from stages.common import (
-    app,
-    load_target,
-    log,
-    numerics_record,
-    plain,
-    read_json,
-    setup,
-    write_json,
-    write_timing,
-)
-
-CORPUS = ("greedy", "sampled", "seed", "max_new_tokens", "long_share", "context", "heldout")
+from glance.pipeline.app import app, load_target, log, numerics_record, setup
+from glance.pipeline.files import read_json, write_json, write_timing
 
 
 @app
 def main(cfg) -> None:
     from glance.heads.eagle import load_eagle_head
-    from glance.toy.world import train_toy_eagle_head
+    from glance.toy.world import eagle_train, train_toy_eagle_head
 
     setup(cfg)
     info = read_json(Path(cfg.paths.target) / "target.json", "run the target stage first")
     if info["source"] != "toy" or cfg.head.source != "toy":
         raise SystemExit("stages.eagle_head trains on the toy target's corpus only")
-    h = plain(cfg.head.train)
-    corpus = {key: h[key] for key in CORPUS}
-    train = {**plain(cfg.arms.train), "steps": h["steps"], "lr": h["lr"], "seed": h["seed"]}
-    out = Path(cfg.arms.path)
-    train_log = train_toy_eagle_head(info["path"], out, corpus, train)
+    h, out = cfg.head.train, Path(cfg.arms.path)
+    train_log = train_toy_eagle_head(info["path"], out, h, cfg.arms.train)
     target, _ = load_target(cfg)
     head = load_eagle_head(out, target=target)  # raises if it does not fit
     write_json(
@@ -52,8 +38,11 @@ def main(cfg) -> None:
             "path": str(out),
             "target_layer_ids": head.target_layer_ids,
             "parameters": sum(p.numel() for p in head.parameters()),
-            "corpus": corpus,
-            "train": {**train, **write_timing(cfg, "eagle_head", train_log)},
+            "corpus": h.corpus(),
+            "train": {
+                **eagle_train(h, cfg.arms.train),
+                **write_timing(cfg, "eagle_head", train_log),
+            },
             "numerics": numerics_record(cfg),
         },
     )

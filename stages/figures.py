@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from stages.common import app, log, read_json, setup, write_set
+from glance.pipeline.app import app, log, setup
+from glance.pipeline.files import read_json, write_set
 
 
 def _summaries(folder: Path, names, what: str) -> dict:

@@ -23,7 +23,8 @@ from pathlib import Path
 import numpy as np
 
 from glance.experiments.results import read_rounds
-from stages.common import app, log, numerics_record, setup, write_set
+from glance.pipeline.app import app, log, numerics_record, setup
+from glance.pipeline.files import write_set
 
 
 def fit(entropy, accepted, cap, prompts, *, resamples: int, seed: int) -> dict:

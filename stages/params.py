@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from stages.common import CONF_DIR
+from glance.pipeline.app import CONF_DIR
 
 
 def compose_params(overrides=()) -> dict:

@@ -22,7 +22,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from stages.common import app, log, setup, write_json
+from glance.pipeline.app import app, log, setup
+from glance.pipeline.files import write_json
 
 
 def check_lengths(cfg, data: Path, names, shown=None) -> str:
@@ -41,21 +42,19 @@ def check_lengths(cfg, data: Path, names, shown=None) -> str:
 
     from glance._io import checkpoint_path
     from glance.data.tasks import numbered_records
+    from glance.pipeline.app import task_by_name
     from glance.targets.vl import load_processor
-    from stages.common import task_by_name
     from stages.inputs import prompt_inputs
 
     t = cfg.target
     if t.source == "toy":
         import glance.toy.processor  # noqa: F401  (registers the toy processor)
-    if t.get("retrain") or not t.path:
+    if t.retrain or not t.path:
         return "not checked here: the target is trained after prepare"
     try:
         source = checkpoint_path(t.path, "target.path")
-        config = AutoConfig.from_pretrained(str(source), revision=t.get("revision"))
-        processor = load_processor(
-            source, hasattr(config, "vision_config"), revision=t.get("revision")
-        )
+        config = AutoConfig.from_pretrained(str(source), revision=t.revision)
+        processor = load_processor(source, hasattr(config, "vision_config"), revision=t.revision)
     except OSError as err:
         return f"not checked here: the target's files are out of reach ({err})"
     if processor is None:

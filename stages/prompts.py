@@ -15,8 +15,17 @@ from omegaconf import DictConfig, OmegaConf
 
 from glance._io import atomic_write_text
 from glance.experiments.gate import NotLossless, check_lossless
-from stages.common import log, numerics_record, read_json
-from stages.schema import MAX_BUDGET, MIN_PROMPTS, TIMINGS, auto_cost, budget, integer, number
+from glance.pipeline.app import log, numerics_record
+from glance.pipeline.config import (
+    MAX_BUDGET,
+    MIN_PROMPTS,
+    TIMINGS,
+    auto_cost,
+    budget,
+    integer,
+    number,
+)
+from glance.pipeline.files import read_json
 
 
 def gate(bases: dict, runs: dict, where: str, control) -> None:

@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from stages.common import app, log, setup
+from glance.pipeline.app import app, log, setup
 
 NOTEBOOK = "notebooks/results.ipynb"
 #: seconds one cell may run before the stage fails

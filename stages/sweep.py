@@ -16,11 +16,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from glance.pipeline.app import app, load_target, numerics_record, setup, task_config
+from glance.pipeline.config import budget
+from glance.pipeline.files import write_json
 from glance.targets.vl import stop_ids
-from stages.common import app, load_target, numerics_record, setup, task_config, write_json
 from stages.inputs import prompt_inputs, task_records
 from stages.prompts import decode_settings, gate, load_head, verify_costs
-from stages.schema import budget
 
 #: the files the sweep writes to ``results/sweep/<task>``, as one set
 FILES = ("summary.json", "curve.csv")

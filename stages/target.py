@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from stages.common import app, log, numerics_record, plain, setup, write_json, write_timing
+from glance.pipeline.app import app, log, numerics_record, setup
+from glance.pipeline.files import write_json, write_timing
 
 
 def describe(path, revision=None) -> dict:
@@ -93,18 +94,19 @@ def main(cfg) -> None:
         source = t.path if t.source == "pretrained" else shipped_toy(t)
         if Path(str(source)).resolve() == out.resolve():
             raise SystemExit(f"paths.target {out}: is target.path itself; give it its own folder")
-        vision_language(describe(source, t.get("revision")), source)
+        vision_language(describe(source, t.revision), source)
 
     def fill(tmp: Path) -> None:  # the record (and a retrained target), swapped in as one set
         if t.source == "toy":
             from glance.targets.vl import load_target
             from glance.toy.evaluate import evaluate_target
-            from glance.toy.world import TargetSize, TrainConfig, train_target
+            from glance.toy.world import train_target
 
             train_log = None
             if t.retrain:
-                config = TrainConfig(**plain(t.train))
-                train_log = train_target(tmp, config, TargetSize(**plain(t.size)))
+                if t.train is None or t.size is None:
+                    raise SystemExit("target.retrain: needs target.train and target.size")
+                train_log = train_target(tmp, t.train, t.size)
                 load_from, path = tmp, out
             else:
                 load_from = path = shipped_toy(t)
@@ -160,7 +162,7 @@ def vision_language(info: dict, source) -> None:
 
 
 def _dtype(cfg):
-    from stages.common import torch_dtype
+    from glance.pipeline.app import torch_dtype
 
     return torch_dtype(cfg.dtype)
 

@@ -10,8 +10,8 @@ pytest.importorskip("hydra", reason="the pipeline extra is part of the README's 
 
 from omegaconf import OmegaConf  # noqa: E402
 
+from glance.pipeline.config import MAX_BUDGET, check_config  # noqa: E402
 from stages.params import compose_params  # noqa: E402
-from stages.schema import MAX_BUDGET, check_config  # noqa: E402
 
 BAD = [
     ("budget=1.5", "budget", "1.5"),
@@ -70,8 +70,9 @@ def test_stages_refuse_bad_config_before_any_model_loads(stage, monkeypatch):
     loading the target would take five: the check comes first."""
     import importlib
 
-    import glance.targets.vl
     import stages.common
+
+    import glance.targets.vl
 
     def slow_load(*args, **kwargs):
         time.sleep(5)

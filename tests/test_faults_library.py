@@ -238,6 +238,6 @@ def test_defect_05_a_long_filler_is_tokenised_a_few_times_not_per_word():
 
 def test_the_library_and_the_schema_cap_the_budget_alike():
     from glance.decoding.loop import MAX_BUDGET
-    from stages.schema import MAX_BUDGET as SCHEMA
+    from glance.pipeline.config import MAX_BUDGET as SCHEMA
 
     assert MAX_BUDGET == SCHEMA

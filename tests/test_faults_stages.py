@@ -33,8 +33,8 @@ from glance._io import (  # noqa: E402
     write_files,
 )
 from glance.experiments.results import read_rounds  # noqa: E402
+from glance.pipeline.config import check_config  # noqa: E402
 from stages.params import compose_params  # noqa: E402
-from stages.schema import check_config  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -163,7 +163,7 @@ def test_defect_04_a_shared_set_writes_nothing_when_one_file_fails(tmp_path):
 
 
 def test_defect_04_a_new_law_beside_old_deciles_is_refused_on_read(tmp_path):
-    from stages.common import read_json, write_set
+    from glance.pipeline.files import read_json, write_set
 
     write_set(tmp_path, "law.json", {"pooled": {}}, {"law_deciles.csv": "task\nnew\n"})
     assert read_json(tmp_path / "law.json", "")["pooled"] == {}
@@ -275,7 +275,7 @@ def test_defect_06_fit_law_refuses_a_bad_round_instead_of_an_error_entry(tmp_pat
 
 @pytest.mark.parametrize("text", ['{"tau": NaN}', '{"tau": Infinity}', '{"tau": -Infinity}'])
 def test_defect_06_figures_refuse_a_bare_nan_in_a_summary(tmp_path, text):
-    from stages.common import read_json
+    from glance.pipeline.files import read_json
 
     path = tmp_path / "summary.json"
     path.write_text(text)
@@ -284,7 +284,7 @@ def test_defect_06_figures_refuse_a_bare_nan_in_a_summary(tmp_path, text):
 
 
 def test_defect_06_figures_refuse_a_negative_rate(tmp_path):
-    from stages.common import read_json
+    from glance.pipeline.files import read_json
 
     path = tmp_path / "summary.json"
     path.write_text(json.dumps({"systems": {"glance": {"speedup": {"estimate": -1.2}}}}))
@@ -293,7 +293,7 @@ def test_defect_06_figures_refuse_a_negative_rate(tmp_path):
 
 
 def test_defect_06_json_is_written_strictly(tmp_path):
-    from stages.common import write_json
+    from glance.pipeline.files import write_json
 
     with pytest.raises(ValueError, match=r"non-finite number as JSON: pooled.b1 = nan"):
         write_json(tmp_path / "law.json", {"pooled": {"b1": float("nan")}})
@@ -352,7 +352,7 @@ def test_defect_07_ranges_are_named(override, expected):
 def test_defect_07_a_cuda_device_on_a_cpu_machine_is_named():
     import torch
 
-    from stages.common import check_device
+    from glance.pipeline.app import check_device
 
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA")

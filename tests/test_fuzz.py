@@ -230,7 +230,7 @@ def test_read_rounds_returns_valid_rounds_or_names_the_line(records):
 @READERS
 @given(values, st.sampled_from(["NaN", "Infinity", "-Infinity", "1e999", ""]))
 def test_read_json_returns_finite_nonnegative_data_or_names_the_file(value, extra):
-    from stages.common import read_json
+    from glance.pipeline.files import read_json
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "summary.json"

@@ -330,3 +330,21 @@ def load_block_head(path, target=None, dtype=None, device=None, allow_pickle: bo
     if target is not None:
         check_head_fits(head, target)
     return head.eval().requires_grad_(False)
+
+
+def describe_head(folder, target, **record) -> dict:
+    """``record`` and what the head saved in ``folder`` is: its block size,
+    layers, the target layers it reads and its parameter count. Loading it
+    through :func:`load_block_head` refuses a head that does not fit ``target``."""
+    import json
+    from pathlib import Path
+
+    head = load_block_head(folder, target=target)
+    config = json.loads((Path(folder) / "config.json").read_text(encoding="utf-8"))
+    return {
+        **{k: str(v) if isinstance(v, Path) else v for k, v in record.items()},
+        "block_size": int(head.block_size),
+        "layers": int(config.get("num_hidden_layers", 0)),
+        "target_layer_ids": list(head.target_layer_ids),
+        "parameters": sum(p.numel() for p in head.parameters()),
+    }

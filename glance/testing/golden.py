@@ -24,13 +24,15 @@ TOY_TARGET = Path(__file__).resolve().parents[2] / "models" / "toy-target"
 
 def golden_hash(steps: int = 30) -> str:
     """SHA-256 of the weights a ``steps``-step toy head training run saves."""
+    from glance.toy.config import HeadTrain
     from glance.toy.world import train_toy_head
 
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "head"
-        train_toy_head(
-            TOY_TARGET,
-            out,
+        train = HeadTrain(
+            block_size=16,
+            layers=1,
+            lr=2e-3,
             greedy=8,
             sampled=8,
             steps=steps,
@@ -41,6 +43,7 @@ def golden_hash(steps: int = 30) -> str:
             mask_span="variable",
             seed=0,
         )
+        train_toy_head(TOY_TARGET, out, train)
         return hashlib.sha256((out / "model.safetensors").read_bytes()).hexdigest()
 
 

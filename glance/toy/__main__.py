@@ -38,11 +38,10 @@ def cmd_target(args) -> dict:
 
 
 def cmd_head(args) -> dict:
+    from glance.toy.config import HeadTrain
     from glance.toy.world import save_json, train_toy_head
 
-    log = train_toy_head(
-        args.target,
-        args.out,
+    train = HeadTrain(
         greedy=args.greedy,
         sampled=args.sampled,
         block_size=args.block_size,
@@ -51,7 +50,12 @@ def cmd_head(args) -> dict:
         lr=args.lr,
         seed=args.seed,
         mask_span=args.mask_span,
+        max_new_tokens=704,
+        long_share=0.05,
+        context=512,
+        heldout=64,
     )
+    log = train_toy_head(args.target, args.out, train)
     save_json(Path(args.out) / "train_log.json", log)
     return log
 

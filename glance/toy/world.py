@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from glance.toy.config import EagleWindows, HeadTrain, TargetSize, TrainConfig
 from glance.toy.processor import (
     IMAGE_MEAN,
     IMAGE_STD,
@@ -39,19 +40,12 @@ from glance.toy.tasks import (
 )
 
 
-@dataclass(frozen=True)
-class TargetSize:
-    hidden: int = 128
-    layers: int = 4
-    heads: int = 4
-    vision_hidden: int = 64
-    vision_depth: int = 2
-
-
-def build_target(tokenizer, size: TargetSize = TargetSize(), seed: int = 0):
-    """A fresh tiny ``Qwen3VLForConditionalGeneration`` for ``tokenizer``'s vocabulary."""
+def build_target(tokenizer, size: TargetSize | None = None, seed: int = 0):
+    """A fresh tiny ``Qwen3VLForConditionalGeneration`` for ``tokenizer``'s
+    vocabulary, of ``size`` (:class:`TargetSize`'s defaults when ``None``)."""
     import transformers as tf
 
+    size = size or TargetSize()
     torch.manual_seed(seed)
     head_dim = size.hidden // size.heads
     half = head_dim // 2
@@ -187,36 +181,10 @@ def answer_loss(model, batch) -> tuple[torch.Tensor, torch.Tensor]:
     return loss, entropy
 
 
-@dataclass(frozen=True)
-class TrainConfig:
-    """Target training settings. ``task_weights`` are for ``TASKS`` then the
-    auxiliary ``transcribe`` drill, whose dense copying makes reading emerge
-    sooner; they lean toward the reading tasks, which take longest to learn."""
-
-    steps: int = 2000
-    batch: int = 32
-    lr: float = 3e-3
-    warmup: int = 100
-    weight_decay: float = 0.01
-    seed: int = 0
-    task_weights: tuple[float, ...] = (0.2, 0.15, 0.15, 0.15, 0.15, 0.2)
-    #: every ``long_every``-th step is a batch of ``long_batch`` long sequences:
-    #: half ``longform`` answers (about 600 tokens), half prompts with up to
-    #: ``context`` filler tokens, so long outputs and long prompts stay in
-    #: distribution (the bench's length curve and panel c)
-    long_every: int = 4
-    long_batch: int = 8
-    context: int = 512
-    #: training runs ``phases`` times ``steps`` steps, each phase a fresh
-    #: optimizer and schedule (warm-up, cosine decay) on examples seeded by
-    #: ``seed + phase``, continuing from the weights before it
-    phases: int = 1
-
-
 def train_target(
     out_dir,
-    cfg: TrainConfig = TrainConfig(),
-    size: TargetSize = TargetSize(),
+    cfg: TrainConfig | None = None,
+    size: TargetSize | None = None,
     progress: bool = True,
     init=None,
 ) -> dict:
@@ -232,6 +200,8 @@ def train_target(
     from tqdm import tqdm
 
     from glance._io import replace_dir
+
+    cfg, size = cfg or TrainConfig(), size or TargetSize()
 
     torch.manual_seed(cfg.seed)
     processor = build_processor()
@@ -408,23 +378,7 @@ def toy_corpus(
     return sequences, probe, time.perf_counter() - start
 
 
-def train_toy_head(
-    target_dir,
-    out_dir,
-    *,
-    greedy: int = 1500,
-    sampled: int = 1500,
-    block_size: int = 16,
-    layers: int = 1,
-    steps: int = 2000,
-    lr: float = 2e-3,
-    seed: int = 0,
-    max_new_tokens: int = 704,
-    mask_span: str = "fixed",
-    long_share: float = 0.05,
-    context: int = 512,
-    heldout: int = 64,
-) -> dict:
+def train_toy_head(target_dir, out_dir, train: HeadTrain) -> dict:
     """Train a DFlash head for a saved toy target on :func:`toy_corpus` and
     save it to ``out_dir`` (built aside, then renamed into place). Returns the
     training log."""
@@ -432,22 +386,17 @@ def train_toy_head(
     from glance.targets.vl import load_target
     from glance.training.block import HeadConfig, train_head
 
-    torch.manual_seed(seed)
+    torch.manual_seed(train.seed)
     target, processor = load_target(target_dir, dtype=torch.float32)
-    sequences, probe, regen_seconds = toy_corpus(
-        target,
-        processor,
-        greedy=greedy,
-        sampled=sampled,
-        seed=seed,
-        max_new_tokens=max_new_tokens,
-        long_share=long_share,
-        context=context,
-        heldout=heldout,
-    )
+    sequences, probe, regen_seconds = toy_corpus(target, processor, **train.corpus())
     mask = processor.tokenizer.convert_tokens_to_ids("<|mask|>")
     cfg = HeadConfig(
-        block_size=block_size, layers=layers, steps=steps, seed=seed, lr=lr, mask_span=mask_span
+        block_size=train.block_size,
+        layers=train.layers,
+        steps=train.steps,
+        seed=train.seed,
+        lr=train.lr,
+        mask_span=train.mask_span,
     )
     head, log = train_head(target, sequences, mask, cfg, heldout=probe)
     replace_dir(out_dir, head.save_pretrained)
@@ -455,19 +404,26 @@ def train_toy_head(
     return log
 
 
-def train_toy_eagle_head(target_dir, out_dir, corpus: dict, train: dict) -> dict:
+def train_toy_eagle_head(target_dir, out_dir, train: HeadTrain, windows: EagleWindows) -> dict:
     """Train an EAGLE-style head (:mod:`glance.heads.eagle`) for a saved toy target on
-    the same :func:`toy_corpus` as the block head (``corpus``: its keyword
-    arguments) with ``train`` (:class:`glance.training.eagle.EagleTrainConfig` fields),
-    and save it to ``out_dir``. Returns the training log."""
+    the same :func:`toy_corpus` as the block head (``train``), with its steps,
+    learning rate and seed, in batches of ``windows``, and save it to
+    ``out_dir``. Returns the training log."""
     from glance._io import replace_dir
     from glance.targets.vl import load_target
     from glance.training.eagle import EagleTrainConfig, train_eagle_head
 
-    torch.manual_seed(corpus["seed"])
+    torch.manual_seed(train.seed)
     target, processor = load_target(target_dir, dtype=torch.float32)
-    sequences, probe, regen_seconds = toy_corpus(target, processor, **corpus)
-    head, log = train_eagle_head(target, sequences, EagleTrainConfig(**train), heldout=probe)
+    sequences, probe, regen_seconds = toy_corpus(target, processor, **train.corpus())
+    config = EagleTrainConfig(**eagle_train(train, windows))
+    head, log = train_eagle_head(target, sequences, config, heldout=probe)
     replace_dir(out_dir, head.save_pretrained)
     log.update(regenerate_seconds=regen_seconds, sequences=len(sequences))
     return log
+
+
+def eagle_train(train: HeadTrain, windows: EagleWindows) -> dict:
+    """The EAGLE-style head's training settings: ``windows`` with the block
+    head's steps, learning rate and seed."""
+    return {**asdict(windows), "steps": train.steps, "lr": train.lr, "seed": train.seed}

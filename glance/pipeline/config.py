@@ -1,23 +1,28 @@
-"""The pipeline config's typed schema, checked before any stage does work.
+"""The pipeline's typed config: built from ``conf/``, checked before any stage does work.
 
-Every stage is wrapped by :func:`stages.common.app`, which calls
-:func:`check_config` on the composed config first: the types come from the
-dataclasses below (OmegaConf structured configs, merged over the composition,
-so ``conf/`` and ``params.yaml`` stay plain YAML that DVC composes without
-importing us), and the ranges from :func:`check_ranges`.
-A bad value exits naming the key, the value and what is allowed, in
-milliseconds, before any model loads. Nothing is coerced: the stages go on
-with the config as given.
+The schema is :class:`Config`, whose blocks are the library's own dataclasses
+where the library has one (the toy world's :class:`~glance.toy.config.TargetSize`,
+:class:`~glance.toy.config.TrainConfig`, :class:`~glance.toy.config.HeadTrain`
+and :class:`~glance.toy.config.EagleWindows`). :func:`build` merges the composed
+config into it (OmegaConf structured configs: ``conf/`` and ``params.yaml`` stay
+plain YAML that DVC composes without importing us), checks the ranges types
+cannot say (:func:`check_ranges`), and returns the built :class:`Config`
+object, which is what every stage receives. ``conf/`` holds the one set of
+defaults: a key it leaves out is an error here, never a fallback to a
+dataclass default. A bad value exits naming the key, the value and what is
+allowed, in milliseconds, before any model loads.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
+
+from glance.toy.config import EagleWindows, HeadTrain, TargetSize, TrainConfig
 
 #: the largest verify budget a stage accepts: the tree search is best-first over
 #: ``budget`` nodes, and past this the verify pass is never worth its cost
@@ -50,8 +55,8 @@ class Target:
     dtype: str = "bfloat16"
     sha256: str | None = None
     retrain: bool = False
-    size: dict[str, int] = field(default_factory=dict)
-    train: dict[str, Any] = field(default_factory=dict)
+    size: TargetSize | None = None  # the toy target's, for a retraining
+    train: TrainConfig | None = None
     heldout: int = 10
     auto_cost: AutoCost | None = None
 
@@ -61,7 +66,7 @@ class Head:
     name: str = MISSING
     source: str = MISSING  # toy or checkpoint
     path: str | None = None
-    train: dict[str, Any] = field(default_factory=dict)
+    train: HeadTrain | None = None  # the toy head's
 
 
 @dataclass
@@ -141,8 +146,8 @@ class Bench:
 @dataclass
 class Assistant:
     path: str = MISSING
-    size: dict[str, int] = MISSING
-    train: dict[str, Any] = MISSING
+    size: TargetSize = MISSING
+    train: TrainConfig = MISSING
 
 
 @dataclass
@@ -155,7 +160,7 @@ class Arms:
     depth: int = MISSING
     rules: list[str] = MISSING
     budgets: list[int] = MISSING
-    train: dict[str, int] = MISSING
+    train: EagleWindows = MISSING
     assistant: Assistant = field(default_factory=Assistant)
 
 
@@ -242,9 +247,10 @@ def number(key: str, value, low: float, high: float = float("inf"), open_low=Fal
     return float(value)
 
 
-def check_types(cfg: DictConfig) -> None:
-    """Merge ``cfg`` into the schema: a wrong type or an unknown key exits
-    naming the key, the value and the type the schema wants."""
+def check_types(cfg: DictConfig) -> DictConfig:
+    """Merge ``cfg`` into the schema and return the typed result: a wrong type,
+    an unknown key or a missing one exits naming the key, the value and the
+    type the schema wants."""
     plain = OmegaConf.to_container(cfg, resolve=True)
     plain.pop("hydra", None)
     try:
@@ -263,6 +269,26 @@ def check_types(cfg: DictConfig) -> None:
     missing = sorted(OmegaConf.missing_keys(merged))
     if missing:
         raise SystemExit(f"{missing[0]}: expected a value (conf/config.yaml sets every key)")
+    for key, kind in _LIBRARY_BLOCKS:
+        given = OmegaConf.select(OmegaConf.create(plain), key)
+        if given is None:
+            continue
+        absent = [f.name for f in fields(kind) if f.name not in given]
+        if absent:
+            raise SystemExit(
+                f"{key}.{absent[0]}: expected a value (conf/ sets every key of {kind.__name__})"
+            )
+    return merged
+
+
+#: blocks typed by library dataclasses that carry defaults of their own:
+#: conf/ must still give every key, so that it holds the one set of values
+_LIBRARY_BLOCKS = (
+    ("target.size", TargetSize),
+    ("target.train", TrainConfig),
+    ("arms.assistant.size", TargetSize),
+    ("arms.assistant.train", TrainConfig),
+)
 
 
 _ARTICLE = {
@@ -331,7 +357,7 @@ def check_ranges(cfg: DictConfig) -> None:
     for i, b in enumerate(cfg.arms.budgets):
         integer(f"arms.budgets[{i}]", b, 1, MAX_BUDGET)
     for key in ("rows", "window", "ttt"):
-        integer(f"arms.train.{key}", cfg.arms.train.get(key, 1), 1)
+        integer(f"arms.train.{key}", cfg.arms.train[key], 1)
     for key, n in cfg.arms.assistant.size.items():
         integer(f"arms.assistant.size.{key}", n, 1)
     if "task" in cfg and cfg.task is not None:
@@ -339,10 +365,10 @@ def check_ranges(cfg: DictConfig) -> None:
     auto_cost(cfg)
 
 
-def auto_cost(cfg: DictConfig):
+def auto_cost(cfg):
     """``target.auto_cost`` as a :class:`glance.core.budget.VerifyCost`, or ``None``
     (measure on the machine), or exit naming the bad key."""
-    table = cfg.target.get("auto_cost")
+    table = cfg.target.auto_cost
     if table is None:
         return None
     from glance.core.budget import VerifyCost
@@ -360,17 +386,35 @@ def auto_cost(cfg: DictConfig):
     return VerifyCost(tuple(sizes), tuple(ms), draft)
 
 
-def numerics(cfg: DictConfig):
+def numerics(cfg):
     """The run's :class:`glance.core.numerics.Numerics`, or exit naming the bad key."""
     from glance.core.numerics import Numerics as Pinned
 
+    block = cfg.numerics
+    values = OmegaConf.to_container(block) if isinstance(block, DictConfig) else asdict(block)
     try:
-        return Pinned.from_config(OmegaConf.to_container(cfg.numerics), cfg.threads)
+        return Pinned.from_config(values, cfg.threads)
     except ValueError as err:
         raise SystemExit(str(err)) from None
 
 
 def check_config(cfg: DictConfig) -> None:
     """Types, then ranges; exits naming the first bad key."""
-    check_types(cfg)
-    check_ranges(cfg)
+    build(cfg)
+
+
+def build(cfg: DictConfig) -> Config:
+    """The composed ``cfg`` checked (types, then ranges) and built into a
+    :class:`Config`, whose blocks are the library's dataclasses."""
+    merged = check_types(cfg)
+    check_ranges(cfg)  # on the values as given: the merge would coerce "3" to 3
+    return OmegaConf.to_object(merged)
+
+
+def register(name: str = "glance_schema") -> None:
+    """Store :class:`Config` in Hydra's ConfigStore under ``name``, for an
+    application of one's own that composes ``conf/`` against the same schema
+    (``defaults: [glance_schema, _self_]``)."""
+    from hydra.core.config_store import ConfigStore
+
+    ConfigStore.instance().store(name=name, node=Config)

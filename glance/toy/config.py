@@ -1,0 +1,88 @@
+"""The toy world's configs: the target's size, its training, the head's corpus and
+training. Plain dataclasses (no torch), so the pipeline's typed config
+(:mod:`glance.pipeline.config`) is built from them and checked before anything
+heavy loads. The pipeline's values live in ``conf/``; the defaults here serve
+callers of the library alone."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class TargetSize:
+    """The toy target's shape: text width, layers and heads, vision width and depth."""
+
+    hidden: int = 128
+    layers: int = 4
+    heads: int = 4
+    vision_hidden: int = 64
+    vision_depth: int = 2
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Target training settings. ``task_weights`` are for ``TASKS`` then the
+    auxiliary ``transcribe`` drill, whose dense copying makes reading emerge
+    sooner; they lean toward the reading tasks, which take longest to learn."""
+
+    steps: int = 2000
+    batch: int = 32
+    lr: float = 3e-3
+    warmup: int = 100
+    weight_decay: float = 0.01
+    seed: int = 0
+    task_weights: list[float] = field(default_factory=lambda: [0.2, 0.15, 0.15, 0.15, 0.15, 0.2])
+    #: every ``long_every``-th step is a batch of ``long_batch`` long sequences:
+    #: half ``longform`` answers (about 600 tokens), half prompts with up to
+    #: ``context`` filler tokens, so long outputs and long prompts stay in
+    #: distribution (the bench's length curve and panel c)
+    long_every: int = 4
+    long_batch: int = 8
+    context: int = 512
+    #: training runs ``phases`` times ``steps`` steps, each phase a fresh
+    #: optimizer and schedule (warm-up, cosine decay) on examples seeded by
+    #: ``seed + phase``, continuing from the weights before it
+    phases: int = 1
+
+
+@dataclass(frozen=True)
+class HeadTrain:
+    """A toy draft head's corpus and training (``conf/head/toy.yaml``).
+
+    The corpus is the target's own answers, regenerated: ``greedy`` prompts
+    answered greedily and ``sampled`` at temperature 1, up to
+    ``max_new_tokens`` each, ``long_share`` of them longform answers and as
+    many with up to ``context`` filler tokens, and ``heldout`` greedy answers
+    from another seed for the held-out loss. The head has ``layers`` layers and
+    drafts blocks of ``block_size``; ``mask_span`` ``variable`` reveals a prefix
+    of the block in half the steps, which ``extend_budget`` needs."""
+
+    block_size: int
+    layers: int
+    steps: int
+    mask_span: str
+    lr: float
+    greedy: int
+    sampled: int
+    long_share: float
+    context: int
+    heldout: int
+    max_new_tokens: int
+    seed: int
+
+    def corpus(self) -> dict:
+        """:func:`glance.toy.world.toy_corpus`'s keyword arguments."""
+        keys = ("greedy", "sampled", "seed", "max_new_tokens", "long_share", "context", "heldout")
+        return {k: getattr(self, k) for k in keys}
+
+
+@dataclass(frozen=True)
+class EagleWindows:
+    """The EAGLE-style head's batch (``arms.train``): ``rows`` sequences per
+    step, each a window of ``window`` anchors unrolled ``ttt`` steps; its
+    steps, learning rate and seed are the block head's (:class:`HeadTrain`)."""
+
+    rows: int
+    window: int
+    ttt: int
