@@ -3,119 +3,20 @@
     python -m stages.readme
 
 Each table sits between ``<!-- NAME:start -->`` and ``<!-- NAME:end -->``
-markers: ``bench`` (the speed table: ``results/bench.md`` verbatim, under a line
-from ``results/bench.json``), ``regime`` (where the toy world sits,
-``results/regime_table.md``), ``seeds`` (other task draws,
-``results/seeds_table.md``), ``main`` (``results/main_table.md``), ``law``
-(rendered from ``results/law.json``), ``heads`` and ``arms`` (the comparison
-arms, ``results/arms.json`` and ``results/arms.md``). Where results/ has the
-Markdown, it is copied as it is, so the README cannot drift from it.
-``tests/test_readme.py`` checks every number in the README's tables against
-these blocks, and that no table outside them carries numbers unless it says
-where they come from.
+markers (:mod:`glance.reporting.readme`); ``tests/test_readme.py`` checks every
+number in the README's tables against them.
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-
-from glance.reporting.report import heads_markdown
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def speed_table(bench: dict, table: str) -> str:
-    """The bench's own table (``results/bench.md``, verbatim), after one line
-    saying where and how it was measured, from the keys ``bench.json`` has."""
-    where = ", ".join(str(bench[k]) for k in ("device", "dtype") if k in bench)
-    knobs = ", ".join(f"{k} {bench[k]}" for k in ("budget", "branch_k") if k in bench)
-    head = f"Measured by `python -m stages.bench` on `{bench.get('target', '?')}`"
-    head += f" ({where})" if where else ""
-    head += f", {knobs}" if knobs else ""
-    head += f", {bench['n']} prompts per task after a warm-up" if "n" in bench else ""
-    if "aggregation" in bench:
-        head += f". One aggregation: {bench['aggregation']}"
-    for window, meaning in bench.get("windows", {}).items():
-        head += f"; `{window}` (e2e / decode): {meaning}"
-    if "peak_memory" in bench:
-        head += f"; peak memory: {bench['peak_memory']}"
-    head += ". Speedups are ratios of pooled times, against transformers' greedy `generate`"
-    head += " and for `glance_tree` over each row, with 95% paired-bootstrap intervals"
-    head += " over prompts.\n\n"
-    return head + table
-
-
-def _num(fit: dict, key: str, fmt: str) -> str:
-    """``fit[key]`` formatted, or empty where the fit has no such number."""
-    value = fit.get(key)
-    return "" if value is None else format(value, fmt)
-
-
-def law_table(law: dict) -> str:
-    """The law's fit per task and pooled (``results/law.json``): rounds (censored),
-    b0, b1 (with its prompt-level bootstrap interval, ``b1_interval``), R² per round
-    and against the ceiling, and ``holds()`` with the conditions that failed."""
-    lines = [
-        "| task | n (censored) | b0 | b1 | R² round | R² ceiling | holds() |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for name, fit in [*law["tasks"].items(), ("pooled", law["pooled"])]:
-        n = f"{fit['n']}" + (f" ({fit['n_censored']})" if "n_censored" in fit else "")
-        if "error" in fit:
-            lines.append(f"| {name} | {n} | | | | | not fitted: {fit['error']} |")
-            continue
-        b1 = _num(fit, "b1", ".2f")
-        iv = fit.get("b1_interval") or {}
-        if iv.get("low") is not None and iv.get("high") is not None:
-            b1 += f" [{iv['low']:.2f}, {iv['high']:.2f}]"
-        failed = [k for k, ok in fit.get("conditions", {}).items() if not ok]
-        verdict = "yes" if fit["holds"] else "no" + (f" ({', '.join(failed)})" if failed else "")
-        cells = [
-            _num(fit, "b0", ".2f"),
-            b1,
-            _num(fit, "r2_round", ".3f"),
-            _num(fit, "r2_ceiling", ".3f"),
-        ]
-        lines.append(f"| {name} | {n} | {' | '.join(cells)} | {verdict} |")
-    return "\n".join(lines) + "\n"
-
-
-def blocks(results: Path) -> dict[str, str]:
-    """Each marked block's text, from the files in ``results``; each Markdown
-    table is checked against the SHA-256 its JSON recorded (one run's set)."""
-    from glance._io import check_siblings
-
-    read = lambda name: (results / name).read_text(encoding="utf-8")  # noqa: E731
-    for name in ("bench", "law", "arms", "regime_table", "seeds_table", "main_table"):
-        data = json.loads(read(f"{name}.json"))
-        check_siblings(results, data.get("files", {}), str(results / f"{name}.json"))
-    return {
-        "bench": speed_table(json.loads(read("bench.json")), read("bench.md")),
-        "regime": read("regime_table.md"),
-        "seeds": read("seeds_table.md"),
-        "main": read("main_table.md"),
-        "law": law_table(json.loads(read("law.json"))),
-        "heads": heads_markdown(json.loads(read("arms.json"))),
-        "arms": read("arms.md"),
-    }
-
-
-def render(readme: str, texts: dict[str, str]) -> str:
-    """``readme`` with each ``<!-- NAME:start -->`` ... ``<!-- NAME:end -->`` block
-    replaced by ``texts[NAME]``; a missing marker raises ``ValueError``."""
-    for name, text in texts.items():
-        start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
-        if start not in readme or end not in readme:
-            raise ValueError(f"README.md: the markers {start} and {end} are missing")
-        before, rest = readme.split(start, 1)
-        _, after = rest.split(end, 1)
-        readme = f"{before}{start}\n{text}{end}{after}"
-    return readme
-
-
 def main() -> None:
     from glance._io import atomic_write_text
+    from glance.reporting.readme import blocks, render
 
     path = ROOT / "README.md"
     atomic_write_text(path, render(path.read_text(encoding="utf-8"), blocks(ROOT / "results")))

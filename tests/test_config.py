@@ -70,15 +70,14 @@ def test_stages_refuse_bad_config_before_any_model_loads(stage, monkeypatch):
     loading the target would take five: the check comes first."""
     import importlib
 
-    import stages.common
-
+    import glance.pipeline.app
     import glance.targets.vl
 
     def slow_load(*args, **kwargs):
         time.sleep(5)
         raise AssertionError("the stage loaded a model before checking its config")
 
-    monkeypatch.setattr(stages.common, "load_target", slow_load)
+    monkeypatch.setattr(glance.pipeline.app, "load_target", slow_load)
     monkeypatch.setattr(glance.targets.vl, "load_target", slow_load)
     main = importlib.import_module(f"stages.{stage}").main
     for override, key, _ in BAD[:9]:

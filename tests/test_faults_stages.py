@@ -116,7 +116,7 @@ def test_defect_02_prepare_with_no_tasks_leaves_the_data_folder(tmp_path):
     ["prepare.split=../../../x", "paths.data=/etc", "a=..", "..", ".", "x=a/../../.."],
 )
 def test_defect_03_a_sweep_override_never_leaves_results_sweeps(tmp_path, overrides):
-    from stages.decode import sweep_folder
+    from glance.experiments.decode import sweep_folder
 
     base = tmp_path / "results" / "sweeps" / "docvqa"
     folder = sweep_folder(base, overrides)
@@ -195,7 +195,7 @@ def test_defect_05_an_unwritable_out_dir_is_refused_before_work(tmp_path):
 
 
 def test_defect_05_a_context_past_the_targets_positions_is_refused_at_once(tmp_path):
-    from stages.prompts import check_context
+    from glance.experiments.settings import check_context
 
     target = tmp_path / "target"
     target.mkdir()
@@ -301,7 +301,7 @@ def test_defect_06_json_is_written_strictly(tmp_path):
 
 
 def test_defect_06_the_target_stage_refuses_a_checkpoint_without_vision(tmp_path):
-    from stages.target import describe, vision_language
+    from glance.experiments.target import describe, vision_language
 
     head = tmp_path / "head"
     head.mkdir()
@@ -325,7 +325,7 @@ def test_defect_06_the_target_stage_refuses_a_checkpoint_without_vision(tmp_path
 
 
 def test_defect_06_the_target_stage_refuses_a_folder_that_is_no_checkpoint(tmp_path):
-    from stages.target import describe
+    from glance.experiments.target import describe
 
     (tmp_path / "config.json").write_text("{}")
     with pytest.raises(SystemExit, match=rf"target.path {tmp_path}: not a model checkpoint"):

@@ -251,7 +251,7 @@ def test_read_json_returns_finite_nonnegative_data_or_names_the_file(value, extr
 @READERS
 @given(st.lists(values, max_size=4))
 def test_read_outputs_returns_token_lists_or_names_the_line(lines):
-    from stages.prompts import read_outputs
+    from glance.experiments.outputs import read_outputs
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "outputs.jsonl"

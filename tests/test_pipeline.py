@@ -536,7 +536,7 @@ def test_repro_is_reproducible_and_up_to_date(repro):
 def test_results_notebook_runs_on_the_outputs(repro):
     # the report stage ran in `dvc repro`: every code cell has its outputs, and the
     # recorded input digests are those of this run's results and figures
-    from stages import report
+    from glance.reporting import notebook as report
 
     nb = json.loads((repro / "notebooks" / "results.ipynb").read_text())
     code = [c for c in nb["cells"] if c["cell_type"] == "code"]
@@ -652,7 +652,7 @@ def test_the_readme_slurm_recipe_composes_with_submitit():
 def test_repro_bench_rows_agree_and_cost_curves(repro):
     from glance.core.budget import AUTO_SIZES
 
-    # the bench's rows, in order (stages.bench.bench_rows)
+    # the bench's rows, in order (glance.experiments.bench.bench_rows)
     ROWS = (
         "hf_greedy",
         "hf_prompt_lookup",
@@ -686,7 +686,7 @@ def test_repro_bench_rows_agree_and_cost_curves(repro):
 
 
 def test_readme_tables_are_generated_from_results():
-    from stages.readme import blocks, render
+    from glance.reporting.readme import blocks, render
 
     readme = (ROOT / "README.md").read_text()
     texts = blocks(ROOT / "results")

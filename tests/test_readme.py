@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import yaml
 
+from glance.reporting.readme import blocks, law_table, render, speed_table
 from glance.toy.tasks import STYLES, TASKS, WRITABLE, make_example
-from stages.readme import blocks, law_table, render, speed_table
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"

@@ -12,7 +12,7 @@ nbformat = pytest.importorskip("nbformat")
 pytest.importorskip("nbclient")
 pytest.importorskip("ipykernel")
 
-from stages import report  # noqa: E402
+from glance.reporting import notebook as report  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK = ROOT / report.NOTEBOOK

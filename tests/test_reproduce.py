@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from stages.reproduce import compare, timing_key
+from glance.experiments.reproduce import compare, timing_key
 
 
 def write(root, rel, data):
@@ -64,7 +64,7 @@ def test_timing_keys():
 def test_decode_outputs_are_reused_only_under_the_same_recipe(tmp_path):
     import pytest
 
-    from stages.prompts import read_outputs, write_outputs
+    from glance.experiments.outputs import read_outputs, write_outputs
 
     path = tmp_path / "outputs.jsonl"
     recipe = {"budget": 63, "dtype": "float32", "numerics": {"aten": "default"}}

@@ -7,11 +7,27 @@
 a chain, :mod:`glance.drafters.small`) or ``relaxed_<rule>`` (GLANCE's
 tree walked with a LOSSY rule of :mod:`glance.decoding.relaxed`). Each call returns a
 run as ``glance.experiments.results`` reads it, plus end-to-end time and draft time.
+
+The two-model row drafts a greedy chain of ``arms.depth`` tokens a round with
+the smaller model's own cache, verified by GLANCE's ``verify`` and ``walk``.
+``transformers``' assisted generation would be the usual route, but with a
+Qwen3-VL assistant in transformers 5.15 its cache grows by about two entries a
+round against one token, until a round feeds the assistant nothing and it fails.
 """
 
 from __future__ import annotations
 
-__all__ = ["arms_rows", "diverge", "divergence_summary", "summarise"]
+__all__ = [
+    "arms_cases",
+    "arms_header",
+    "arms_models",
+    "arms_rows",
+    "budget_sweep",
+    "diverge",
+    "divergence_summary",
+    "run_case",
+    "summarise",
+]
 
 
 def arms_rows(budget: int, branch_k: int, width: int, depth: int, rules) -> dict:
@@ -88,3 +104,81 @@ def summarise(runs: dict, seed: int, resamples: int, lossy: set) -> dict:
             "speed_end_to_end": speed_ratio(wall[other], wall["glance"], seed, resamples),
         }
     return out
+
+
+def arms_models(cfg, target):
+    """The arms' :class:`~glance.experiments.rows.Models`: the target, the block
+    head, the EAGLE-style head (``arms.path``) and the assistant model
+    (``arms.assistant.path``)."""
+    from pathlib import Path
+
+    from glance.experiments.rows import Models
+    from glance.experiments.settings import load_head
+    from glance.heads.eagle import load_eagle_head
+    from glance.targets.vl import load_target
+
+    a = cfg.arms
+    return Models(
+        target=target,
+        head=load_head(cfg, target),
+        eagle=load_eagle_head(Path(a.path), target=target),
+        assistant=load_target(Path(a.assistant.path), dtype=target.dtype, device=cfg.device)[0],
+    )
+
+
+def arms_cases(cfg) -> list[tuple[str, int, int]]:
+    """(task, context, prompts) of every case: each of ``arms.tasks`` at
+    context 0, then ``context_sweep.task`` at each non-zero length."""
+    cases = [(name, 0, int(cfg.arms.n)) for name in cfg.arms.tasks]
+    sweep = cfg.context_sweep
+    return cases + [(sweep.task, c, int(sweep.n)) for c in sweep.lengths if c > 0]
+
+
+def arms_header(cfg, target) -> dict:
+    """``arms.json``'s settings."""
+    a = cfg.arms
+    return {
+        "target": cfg.target.name,
+        "device": str(target.device),
+        "dtype": str(cfg.dtype),
+        "budget": int(a.budget),
+        "branch_k": int(cfg.branch_k),
+        "width": int(a.width),
+        "depth": int(a.depth),
+        "n": int(a.n),
+        "timing": "decode_only",
+        "cases": {},
+    }
+
+
+def run_case(session, rows: dict, lossy: set, name: str, context: int, n: int) -> dict:
+    """Every row on ``n`` + 1 prompts of task ``name`` after ``context``
+    filler tokens, gated, each lossy row's divergence explained."""
+    from glance.pipeline.app import task_by_name
+
+    prompts = session.prompts(task_by_name(name), n + 1, context)
+
+    def explain(prompt, runs):
+        diverge(session.models, prompt, runs, lossy)
+
+    return session.decode(rows, prompts, f"arms {name}@context{context}", after=explain)
+
+
+def budget_sweep(session, rows: dict) -> dict:
+    """tokens/s of GLANCE and the EAGLE-style head at each of ``arms.budgets``
+    on ``sweep.task`` (``sweep.n`` prompts), and each one's best budget."""
+    from glance.core.metrics import drop_warmup
+    from glance.pipeline.app import task_by_name
+
+    cfg = session.cfg
+    task = task_by_name(cfg.sweep.task)
+    prompts = session.prompts(task, int(cfg.sweep.n) + 1)
+    out = {}
+    for row in ("glance", "eagle"):
+        speeds = {}
+        for b in cfg.arms.budgets:
+            calls = [session.run(rows[row], p, i, budget=int(b)) for i, p in enumerate(prompts)]
+            calls = list(drop_warmup(calls))
+            speeds[int(b)] = 1e3 * sum(c["new_tokens"] for c in calls) / sum(c["ms"] for c in calls)
+        out[row] = {"tokens_per_s": speeds, "best_budget": max(speeds, key=speeds.get)}
+    return {"task": task.name, "n": int(cfg.sweep.n), **out}

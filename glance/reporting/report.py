@@ -561,6 +561,16 @@ def heads_markdown(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def arms_figure(result: dict, task: str, path) -> None:
+    """:func:`arms_panel` drawn with matplotlib's file backend."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    arms_panel(plt, result, task, path)
+
+
 def arms_panel(plt, result: dict, task: str, path) -> None:
     """Panel (c) of the paper: GLANCE's tau and speed over the EAGLE-style
     head's on ``task`` at each context length, with paired intervals."""

@@ -7,17 +7,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from omegaconf import DictConfig
 
-
-def task_records(cfg: DictConfig, task: DictConfig, n: int | None) -> list[dict]:
+def task_records(data_dir, task, n: int | None) -> list[dict]:
     """The first ``n`` records of the task's JSONL file (all when ``None``; the
     rest of the file is not read); each image must exist inside the data
     folder. Errors name the file and line."""
     from glance._io import inside
     from glance.data.tasks import numbered_records
 
-    data_dir = Path(cfg.paths.data)
+    data_dir = Path(data_dir)
     path = inside(data_dir, str(task.file), f"task {task.name}: file")
     if not path.is_file():
         raise FileNotFoundError(f"{path}: missing task file; run `python -m stages.prepare`")

@@ -1,6 +1,6 @@
-"""What the decoding stages share: a task's prompts and their inputs, the
-decode settings and the verify costs, the head, the token recipe and the
-outputs file, the sampling seeds, and the lossless gate as a stage's exit.
+"""What the decoding stages read from the config: the decode settings, the
+verify costs, the head, the token recipe, the sampling seeds, and the
+lossless gate as a stage's exit.
 
 The stages that train or build (``target``, ``head``, ``eagle_head``) never
 import this module, so a change to the decoder leaves them up to date.
@@ -8,18 +8,16 @@ import this module, so a change to the decoder leaves them up to date.
 
 from __future__ import annotations
 
-import json
+from dataclasses import asdict
 from pathlib import Path
 
-from omegaconf import DictConfig, OmegaConf
-
-from glance._io import atomic_write_text
 from glance.experiments.gate import NotLossless, check_lossless
 from glance.pipeline.app import log, numerics_record
 from glance.pipeline.config import (
     MAX_BUDGET,
     MIN_PROMPTS,
     TIMINGS,
+    Config,
     auto_cost,
     budget,
     integer,
@@ -37,7 +35,7 @@ def gate(bases: dict, runs: dict, where: str, control) -> None:
         raise SystemExit(str(err)) from None
 
 
-def decode_settings(cfg: DictConfig, task: DictConfig | None = None) -> dict:
+def decode_settings(cfg: Config, task=None) -> dict:
     """The decode settings that run: ``budget`` (an integer in 1..MAX_BUDGET,
     or ``"auto"``), ``branch_k``, ``n``, ``context``, ``max_new_tokens`` (the
     task's own when null), ``timing``, ``temperature`` and ``extend_budget``.
@@ -61,7 +59,7 @@ def decode_settings(cfg: DictConfig, task: DictConfig | None = None) -> dict:
     return out
 
 
-def verify_costs(cfg: DictConfig):
+def verify_costs(cfg: Config):
     """The run's :class:`glance.core.budget.VerifyCosts`: ``target.auto_cost`` when
     the config fixes it (the auto rows then reproduce bit for bit), else a
     book that measures a target's verify cost once per stage process."""
@@ -79,7 +77,7 @@ def verify_costs(cfg: DictConfig):
 _measured = None  # the process's book of measured costs
 
 
-def target_positions(cfg: DictConfig) -> int | None:
+def target_positions(cfg: Config) -> int | None:
     """The target's positions (its text model's ``max_position_embeddings``),
     read from its config alone; ``None`` when the config is out of reach."""
     from transformers import AutoConfig
@@ -92,7 +90,7 @@ def target_positions(cfg: DictConfig) -> int | None:
     return getattr(config.get_text_config(), "max_position_embeddings", None)
 
 
-def check_context(cfg: DictConfig, settings: dict) -> None:
+def check_context(cfg: Config, settings: dict) -> None:
     """Exit naming ``context`` when its filler and ``max_new_tokens`` cannot fit
     the target's positions, before any model loads or text is tokenised."""
     limit = target_positions(cfg)
@@ -104,7 +102,7 @@ def check_context(cfg: DictConfig, settings: dict) -> None:
         )
 
 
-def load_head(cfg: DictConfig, target):
+def load_head(cfg: Config, target):
     """The head that the head stage trained or checked (``head.json``), fitted to ``target``."""
     import glance
 
@@ -113,7 +111,7 @@ def load_head(cfg: DictConfig, target):
     return head.to(device=target.device, dtype=target.dtype)
 
 
-def extend_row(cfg: DictConfig, head) -> int:
+def extend_row(cfg: Config, head) -> int:
     """``decode.extend_row`` when the head can extend (variable mask span), else 0."""
     from glance.heads.block import check_head_extends
 
@@ -128,12 +126,12 @@ def extend_row(cfg: DictConfig, head) -> int:
     return n
 
 
-def token_recipe(cfg: DictConfig, settings: dict, extend: int) -> dict:
+def token_recipe(cfg: Config, settings: dict, extend: int) -> dict:
     """Everything a decode row's token ids depend on, beyond the prompt's index
     and the row's name: two runs with equal recipes give the same ids on the
     same prompts, so the audit can take the decode stage's instead of decoding
     again (``outputs.jsonl``)."""
-    cost = cfg.target.get("auto_cost")
+    cost = cfg.target.auto_cost
     return {
         "target": str(cfg.target.name),
         "head": str(cfg.head.name),
@@ -143,7 +141,7 @@ def token_recipe(cfg: DictConfig, settings: dict, extend: int) -> dict:
         "seed": int(cfg.seed),
         "top_p": float(cfg.decode.top_p),
         "top_k": int(cfg.decode.top_k),
-        "auto_cost": None if cost is None else OmegaConf.to_container(cost),
+        "auto_cost": None if cost is None else asdict(cost),
         "extend_row": int(extend),
         "numerics": numerics_record(cfg),
         **{k: settings[k] for k in ("budget", "branch_k", "context", "extend_budget")},
@@ -151,57 +149,7 @@ def token_recipe(cfg: DictConfig, settings: dict, extend: int) -> dict:
     }
 
 
-def outputs_text(recipe: dict, ids: dict) -> str:
-    """``outputs.jsonl``'s text: the recipe, then one line per row and prompt
-    (``ids``: row -> one token list per measured prompt, prompts numbered from 1)."""
-    lines = [json.dumps({"recipe": recipe})]
-    for row, prompts in ids.items():
-        lines += [json.dumps({"row": row, "prompt": i, "ids": t}) for i, t in enumerate(prompts, 1)]
-    return "\n".join(lines) + "\n"
-
-
-def write_outputs(path, recipe: dict, ids: dict) -> None:
-    """Write :func:`outputs_text` to ``path``, atomically."""
-    atomic_write_text(path, outputs_text(recipe, ids))
-
-
-def read_outputs(path, recipe: dict) -> dict:
-    """``{(row, prompt): ids}`` from an ``outputs.jsonl`` written under
-    ``recipe``; empty when the file is missing or its recipe differs."""
-    from glance._io import check_set
-
-    path = Path(path)
-    if not path.is_file():
-        return {}
-    try:  # one decode run's set, not a file left beside another run's
-        check_set(path.parent, names=(path.name,))
-    except ValueError as err:
-        raise SystemExit(str(err)) from None
-    with path.open(encoding="utf-8") as f:
-        try:
-            head = json.loads(f.readline() or "{}")
-        except ValueError as err:
-            raise SystemExit(f"{path}, line 1: not a recipe record ({err})") from None
-        if not isinstance(head, dict):
-            raise SystemExit(f"{path}, line 1: expected a recipe record; got {head!r:.60}")
-        if head.get("recipe") != recipe:
-            return {}
-        found = {}
-        for number, line in enumerate(f, 2):
-            try:
-                r = json.loads(line)
-                ids = r["ids"]
-                if not isinstance(ids, list) or any(
-                    isinstance(t, bool) or not isinstance(t, int) or t < 0 for t in ids
-                ):
-                    raise ValueError(f"ids: expected a list of token ids >= 0; got {ids!r:.60}")
-                found[(str(r["row"]), int(r["prompt"]))] = ids
-            except (ValueError, KeyError, TypeError) as err:
-                raise SystemExit(f"{path}, line {number}: not a row record ({err})") from None
-    return found
-
-
-def sampling_kwargs(cfg: DictConfig, temperature: float, prompt: int) -> dict:
+def sampling_kwargs(cfg: Config, temperature: float, prompt: int) -> dict:
     """:func:`glance.experiments.rows.sampling_options` from the config's
     ``seed``, ``decode.top_p`` and ``decode.top_k``."""
     from glance.experiments.rows import sampling_options

@@ -1,0 +1,202 @@
+"""The speed bench's work: its rows, its header, the cost curves and the tables.
+
+The stage (``stages/bench.py``) runs every row on the same prompts,
+interleaved, timed in two windows (:mod:`glance.experiments.timing`), and
+aggregates with :func:`glance.experiments.results.bench_summary`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def bench_rows(cfg, extend: int) -> dict:
+    """The bench's rows (:class:`glance.experiments.rows.Row`) by name."""
+    from glance.experiments.rows import Row
+    from glance.experiments.settings import decode_settings
+
+    tree = {"budget": decode_settings(cfg)["budget"], "branch_k": int(cfg.branch_k)}
+    rows = {
+        "hf_greedy": Row("hf"),
+        "hf_prompt_lookup": Row(
+            "hf", options={"prompt_lookup_num_tokens": int(cfg.bench.lookup_tokens)}
+        ),
+        "dflash_chain": Row("dflash_chain"),
+        "glance_greedy": Row("ar"),
+        "glance_chain": Row("chain"),
+        "glance_tree": Row("glance", options=tree),
+        "glance_auto": Row("glance", options={**tree, "budget": "auto"}),
+        "glance_extend": Row("glance", options={**tree, "extend_budget": extend}),
+    }
+    return rows if extend else {k: v for k, v in rows.items() if k != "glance_extend"}
+
+
+def length_curve(session) -> dict:
+    """ms per token (decode_only window) at each output length, with no stop token.
+
+    A length the target's ``max_position_embeddings`` cannot hold after the
+    prompt is cut to what it can, and ``new_tokens`` records what ran."""
+    import glance
+    from glance.experiments.settings import decode_settings, verify_costs
+    from glance.pipeline.app import task_by_name
+
+    cfg, target, head = session.cfg, session.target, session.head
+    task = task_by_name(cfg.bench.length_task)
+    prompts = [(p.ids, p.positions) for p in session.prompts(task, int(cfg.bench.length_n) + 1)]
+    out = {
+        "task": task.name,
+        "lengths": list(cfg.bench.lengths),
+        "new_tokens": [],
+        "glance_tree": [],
+        "glance_greedy": [],
+        "glance_tree_round_ms": [],
+        "glance_tree_tau": [],
+    }
+    room = target.config.get_text_config().max_position_embeddings
+    room -= max(ids.shape[1] for ids, _ in prompts)
+    for asked in cfg.bench.lengths:
+        length = min(int(asked), room)
+        out["new_tokens"].append(length)
+        per = {"glance_tree": [], "glance_greedy": []}
+        for ids, positions in prompts:
+            for row in per:
+                if row == "glance_tree":
+                    _, stats = glance.generate(
+                        head,
+                        target,
+                        ids,
+                        int(length),
+                        budget=decode_settings(cfg)["budget"],
+                        branch_k=int(cfg.branch_k),
+                        positions=positions,
+                        return_stats=True,
+                        costs=verify_costs(cfg),
+                    )
+                else:
+                    _, stats = glance.greedy_generate(
+                        target, ids, int(length), positions=positions, return_stats=True
+                    )
+                per[row].append(stats)
+        for row, values in per.items():  # the first prompt is the warm-up; pooled
+            ms = sum(st.ms_per_token * st.new_tokens for st in values[1:])
+            out[row].append(ms / sum(st.new_tokens for st in values[1:]))
+        # Separates cost from acceptance: a round's time, and tokens per round.
+        rounds = [r for st in per["glance_tree"][1:] for r in st.rounds]
+        out["glance_tree_round_ms"].append(
+            float(np.mean([r.draft_ms + r.verify_ms + r.host_ms for r in rounds]))
+        )
+        out["glance_tree_tau"].append(sum(r.committed for r in rounds) / len(rounds))
+    return out
+
+
+def budget_curve(session) -> dict:
+    """Per budget: mean tree size, verify ms, draft ms, host ms and host share of a round."""
+    import glance
+    from glance.core.budget import AUTO_SIZES
+    from glance.pipeline.app import task_by_name
+
+    cfg, target, head = session.cfg, session.target, session.head
+    task = task_by_name(cfg.bench.cost_task)
+    prompts = session.prompts(task, int(cfg.bench.cost_n) + 1)
+    rows = []
+    for budget in AUTO_SIZES:
+        rounds = []
+        for i, p in enumerate(prompts):
+            _, stats = glance.generate(
+                head,
+                target,
+                p.ids,
+                p.max_new,
+                budget=budget,
+                branch_k=int(cfg.branch_k),
+                positions=p.positions,
+                stop_token_ids=p.stops,
+                return_stats=True,
+            )
+            if i > 0:
+                rounds += stats.rounds
+        draft = float(np.mean([r.draft_ms for r in rounds]))
+        verify = float(np.mean([r.verify_ms for r in rounds]))
+        host = float(np.mean([r.host_ms for r in rounds]))
+        rows.append(
+            {
+                "budget": budget,
+                "tree_size": float(np.mean([r.tree_size for r in rounds])),
+                "tau": sum(r.committed for r in rounds) / len(rounds),
+                "draft_ms": draft,
+                "verify_ms": verify,
+                "host_ms": host,
+                "tree_ms": float(np.mean([r.tree_ms for r in rounds])),
+                "host_share": host / (draft + verify + host),
+            }
+        )
+    return {"task": task.name, "rows": rows}
+
+
+def bench_header(cfg, session, rows: dict) -> dict:
+    """``bench.json``'s settings and its definitions of the windows."""
+    from glance.experiments.settings import decode_settings
+
+    return {
+        "target": cfg.target.name,
+        "device": str(session.target.device),
+        "dtype": str(cfg.dtype),
+        "budget": decode_settings(cfg)["budget"],
+        "branch_k": int(cfg.branch_k),
+        "extend_budget": int(cfg.decode.extend_row) if "glance_extend" in rows else 0,
+        "n": int(cfg.bench.n),
+        "aggregation": "pooled time over pooled tokens, after the warm-up prompt",
+        "windows": {
+            "end_to_end": "wall clock around the whole call, prefill included",
+            "decode_only": "end_to_end minus the prompt's time to first token "
+            "(median of 3 target.generate calls for one token)",
+        },
+        "peak_memory": "CUDA allocator peak above the call's start; null off CUDA",
+        "tasks": {},
+    }
+
+
+def bench_task(session, rows: dict, task, n: int) -> dict:
+    """Every row on ``n`` + 1 prompts of ``task``, interleaved (every row on a
+    prompt, then the next prompt), with each prompt's prefill time; returns
+    the task's :func:`~glance.experiments.results.bench_summary`."""
+    from tqdm import tqdm
+
+    from glance.experiments.results import bench_summary
+    from glance.experiments.timing import prefill_ms, timed_run
+
+    runs, prefill = {row: [] for row in rows}, []
+    for p in tqdm(session.prompts(task, n + 1), desc=f"bench {task.name}", unit="prompt"):
+        prefill.append(prefill_ms(session.target, p.ids, p.positions, p.stops))
+        for row in rows:
+            runs[row].append(timed_run(rows[row], session.models, p))
+    cfg = session.cfg
+    return bench_summary(runs, prefill, int(cfg.seed), int(cfg.decode.bootstrap))
+
+
+def bench_tables(result: dict) -> dict:
+    """``bench.md`` and the cost curves as CSV tables, for ``dvc plots``."""
+    from glance.reporting.report import bench_markdown
+
+    cost = ["tree_size,verify_ms,draft_ms,host_ms,host_share"] + [
+        f"{r['tree_size']:.6g},{r['verify_ms']:.6g},{r['draft_ms']:.6g},{r['host_ms']:.6g},"
+        f"{r['host_share']:.6g}"
+        for r in result["budget_curve"]["rows"]
+    ]
+    lc = result["length_curve"]
+    length = ["new_tokens,glance_tree_ms_per_token,glance_greedy_ms_per_token,glance_tree_round_ms"]
+    length += [
+        f"{n},{t:.6g},{g:.6g},{r:.6g}"
+        for n, t, g, r in zip(
+            lc["new_tokens"],
+            lc["glance_tree"],
+            lc["glance_greedy"],
+            lc["glance_tree_round_ms"],
+            strict=True,
+        )
+    ]
+    return {
+        "bench.md": bench_markdown(result),
+        "verify_cost.csv": "\n".join(cost) + "\n",
+        "length_curve.csv": "\n".join(length) + "\n",
+    }
