@@ -33,15 +33,12 @@ def main(cfg) -> None:
 
     setup(cfg)
     settings = decode_settings(cfg)  # before any model loads
-    sweep_budgets = [budget("sweep.budgets", b) for b in cfg.sweep.budgets]
+    sweeps = [budget("sweep.budgets", b) for b in cfg.sweep.budgets]
     temperatures = [float(t) for t in cfg.decode.sampled if float(t) > 0]
     cfg = replace(cfg, dtype="float32")  # the audit's contract: bitwise at fp32
     s, n = open_session(cfg), int(cfg.audit.n)
-    extend = extend_row(cfg, s.head)
-    auto = bool(cfg.decode.auto_row)
-    rows = audit_rows(
-        *(settings[k] for k in ("budget", "branch_k")), sweep_budgets, temperatures, extend, auto
-    )
+    extend, auto = extend_row(cfg, s.head), bool(cfg.decode.auto_row)
+    rows = audit_rows(settings["budget"], settings["branch_k"], sweeps, temperatures, extend, auto)
     tasks, reused, found, failures = {}, {}, [], []
     for name in cfg.tasks:
         task = task_by_name(name)
@@ -50,17 +47,13 @@ def main(cfg) -> None:
         tasks[name], verdicts, failed = audit.audit_task(s, rows, task, n, decoded)
         found, failures = found + verdicts, failures + failed
     summary = audit.audit_summary(
-        settings, extend, sweep_budgets, temperatures, n, rows, tasks, found
+        settings, rows, tasks, found, extend=extend, sweeps=sweeps, temperatures=temperatures, n=n
     )
     summary |= {"from_decode": reused, "tasks": tasks, "numerics": numerics_record(cfg)}
     write_json(Path(cfg.paths.results) / "audit.json", summary)
-    log.info(
-        "audit: %d rows x %d prompts, %d prompts all equal, %d control differs, %d mismatches",
-        *(
-            len(summary["rows"]),
-            *(summary[k] for k in ("prompts", "equal", "control_differs", "mismatch")),
-        ),
-    )
+    counts = [summary[k] for k in ("prompts", "equal", "control_differs", "mismatch")]
+    message = "audit: %d rows x %d prompts, %d all equal, %d control differs, %d mismatches"
+    log.info(message, len(summary["rows"]), *counts)
     if failures:
         log.error("LOSSLESSNESS BROKEN:\n  %s", "\n  ".join(failures))
         sys.exit(1)

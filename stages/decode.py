@@ -52,8 +52,8 @@ def main(cfg) -> None:
     runs = s.decode(rows, prompts, f"decode {task.name}", timing=settings["timing"])
     rounds = d.measured_rounds(rows, runs)
     measured = {name: list(drop_warmup(runs[name])) for name in rows}
-    summary = d.decode_summary(cfg, task, settings, rows, measured, rounds, s.head)
-    d.write_decode(out_dir, cfg, task, settings, summary, measured, rounds)
+    summary = d.decode_summary(cfg, task, settings, rows, measured, rounds=rounds, head=s.head)
+    d.write_decode(out_dir, cfg, task, settings, summary, measured=measured, rounds=rounds)
     g = summary["systems"]["glance"]
     speedup = [g["speedup"][k] for k in ("estimate", "low", "high")]
     log.info(

@@ -81,7 +81,9 @@ def audit_task(session, rows: dict, task, n: int, decoded: dict):
     return entries, found, failures
 
 
-def audit_summary(settings: dict, extend: int, sweep_budgets, temperatures, n, rows, tasks, found):
+def audit_summary(
+    settings: dict, rows: dict, tasks: dict, found: list, *, extend, sweeps, temperatures, n
+):
     """``audit.json``'s body: the settings and the verdict counts over all
     prompts and per row (``found``: each prompt's verdicts by row)."""
     counts = {r: dict.fromkeys(VERDICTS, 0) for r in rows}
@@ -94,7 +96,7 @@ def audit_summary(settings: dict, extend: int, sweep_budgets, temperatures, n, r
         "budget": settings["budget"],
         "branch_k": settings["branch_k"],
         "extend_budget": extend,
-        "sweep_budgets": sweep_budgets,
+        "sweep_budgets": sweeps,
         "temperatures": temperatures,
         "prompts_per_task": n,
         "prompts": len(verdicts),

@@ -82,7 +82,7 @@ def measured_rounds(rows: dict, runs: dict) -> list[dict]:
     ]
 
 
-def decode_summary(cfg, task, settings: dict, rows: dict, measured: dict, rounds, head) -> dict:
+def decode_summary(cfg, task, settings: dict, rows: dict, measured: dict, *, rounds, head) -> dict:
     """``summary.json`` of one task (see the module docstring)."""
     from glance.experiments.results import regime, system_summary
 
@@ -153,7 +153,7 @@ def temperature_ratios(cfg, settings, rows, measured, summary, stat) -> dict:
     return out
 
 
-def write_decode(out_dir, cfg, task, settings, summary, measured, rounds) -> None:
+def write_decode(out_dir, cfg, task, settings, summary, *, measured, rounds) -> None:
     """The run's four files into ``out_dir`` as one set: a killed run leaves
     the old folder or the new. Timings sit apart from ``rounds.jsonl`` (the
     law's input), so that it reproduces bit for bit."""
