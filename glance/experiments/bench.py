@@ -184,16 +184,10 @@ def bench_tables(result: dict) -> dict:
         for r in result["budget_curve"]["rows"]
     ]
     lc = result["length_curve"]
+    keys = ("new_tokens", "glance_tree", "glance_greedy", "glance_tree_round_ms")
     length = ["new_tokens,glance_tree_ms_per_token,glance_greedy_ms_per_token,glance_tree_round_ms"]
     length += [
-        f"{n},{t:.6g},{g:.6g},{r:.6g}"
-        for n, t, g, r in zip(
-            lc["new_tokens"],
-            lc["glance_tree"],
-            lc["glance_greedy"],
-            lc["glance_tree_round_ms"],
-            strict=True,
-        )
+        f"{n},{t:.6g},{g:.6g},{r:.6g}" for n, t, g, r in zip(*(lc[k] for k in keys), strict=True)
     ]
     return {
         "bench.md": bench_markdown(result),

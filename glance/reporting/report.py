@@ -124,10 +124,7 @@ def regime_table(summaries: dict) -> tuple[dict, str]:
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for task, r in rows.items():
-        ratio = r["tree_over_chain"]
-        ratio_txt = (
-            f"{ratio['estimate']:.2f} [{ratio['low']:.2f}, {ratio['high']:.2f}]" if ratio else "n/a"
-        )
+        ratio_txt = _interval(r["tree_over_chain"])
         acc = r["chain_offset_acceptance"] or []
         picks = " / ".join(_num(acc[k - 1]) if k <= len(acc) else "n/a" for k in (1, 2, 4, 8, 15))
         lines.append(
@@ -136,6 +133,13 @@ def regime_table(summaries: dict) -> tuple[dict, str]:
             f"{_num(r['glance_share_of_ceiling'])} | {ratio_txt} | {picks} |"
         )
     return {"tasks": rows}, "\n".join(lines) + "\n"
+
+
+def _interval(ratio) -> str:
+    """A ratio and its 95% interval, ``1.23 [1.10, 1.35]``, or ``n/a``."""
+    if not ratio:
+        return "n/a"
+    return f"{ratio['estimate']:.2f} [{ratio['low']:.2f}, {ratio['high']:.2f}]"
 
 
 def seeds_table(draws: dict) -> tuple[dict, str]:
@@ -148,12 +152,7 @@ def seeds_table(draws: dict) -> tuple[dict, str]:
     ]
     for draw, rows in draws.items():
         for task, r in rows.items():
-            ratio = r["tree_over_chain"]
-            ratio_txt = (
-                f"{ratio['estimate']:.2f} [{ratio['low']:.2f}, {ratio['high']:.2f}]"
-                if ratio
-                else "n/a"
-            )
+            ratio_txt = _interval(r["tree_over_chain"])
             lines.append(
                 f"| {draw} | {task} | {_num(r['new_tokens_per_answer'])} | "
                 f"{r['root_entropy']:.3f} | {_num(r['chain_tau'])} | {_num(r['glance_tau'])} | "
