@@ -86,3 +86,39 @@ def test_stages_refuse_bad_config_before_any_model_loads(stage, monkeypatch):
         with pytest.raises(SystemExit, match=f"^{key}: expected"):
             main(cfg)
         assert time.perf_counter() - start < 1.0, override
+
+
+def test_the_built_config_holds_the_librarys_own_objects():
+    from glance.pipeline.config import Config, build
+    from glance.toy.config import EagleWindows, HeadTrain, TargetSize, TrainConfig
+
+    cfg = build(_cfg())
+    assert isinstance(cfg, Config)
+    assert isinstance(cfg.head.train, HeadTrain) and cfg.head.train.steps == 6000
+    assert isinstance(cfg.target.size, TargetSize) and isinstance(cfg.target.train, TrainConfig)
+    assert cfg.target.train.phases == 2 and list(cfg.target.train.task_weights)[0] == 0.2
+    assert (
+        isinstance(cfg.arms.assistant.train, TrainConfig) and cfg.arms.assistant.size.hidden == 64
+    )
+    assert isinstance(cfg.arms.train, EagleWindows) and cfg.arms.train.ttt == 7
+    assert cfg.task.name == "docvqa" and cfg.task.max_new_tokens > 0
+    # the corpus the block and EAGLE-style heads share comes from one block
+    assert cfg.head.train.corpus()["greedy"] == 800
+    assert build(_cfg("head=checkpoint", "head.path=x")).head.train is None
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "arms.assistant.train.warmup",  # a library default must not fill in for conf/
+        "target.size.hidden",
+        "head.train.lr",
+        "arms.train.window",
+        "decode.top_k",
+    ],
+)
+def test_a_key_conf_leaves_out_is_named_never_defaulted(key):
+    from glance.pipeline.config import build
+
+    with pytest.raises(SystemExit, match=rf"^{key}: expected a value"):
+        build(_cfg(f"~{key}"))
