@@ -302,12 +302,12 @@ def _refused(tmp_path, source, message, n=2, tasks=None):
     ("override", "key"),
     [
         ("budget=1.5", "budget"),
-        ("budget=abc", "budget"),
-        ("budget=1000000", "budget"),
-        ("max_new_tokens=0", "max_new_tokens"),
+        pytest.param("budget=abc", "budget", marks=pytest.mark.slow),
+        pytest.param("budget=1000000", "budget", marks=pytest.mark.slow),
+        pytest.param("max_new_tokens=0", "max_new_tokens", marks=pytest.mark.slow),
         ("context=-5", "context"),
-        ("n=0", "n"),
-        ("timing=fast", "timing"),
+        pytest.param("n=0", "n", marks=pytest.mark.slow),
+        pytest.param("timing=fast", "timing", marks=pytest.mark.slow),
         ("temperature=-1", "temperature"),
     ],
 )

@@ -17,6 +17,7 @@ import itertools
 import numpy as np
 import pytest
 import torch
+from conftest import KINDS
 from scipy import stats
 
 import glance
@@ -129,7 +130,21 @@ def sampled(world, seed, settings, n=N_NEW, stops=None):
     return out[0, world.input_ids.shape[1] :].tolist()
 
 
-@pytest.mark.parametrize("settings", SETTINGS)
+# The quick run keeps one target kind per setting; CI runs every pair.
+QUICK = {("qwen3_vl", 0), ("qwen3", 1), ("qwen2_5_vl", 2)}
+COUPLING = [
+    pytest.param(
+        kind,
+        settings,
+        id=f"{kind}-settings{i}",
+        marks=() if (kind, i) in QUICK else pytest.mark.slow,
+    )
+    for kind in KINDS
+    for i, settings in enumerate(SETTINGS)
+]
+
+
+@pytest.mark.parametrize(("world", "settings"), COUPLING, indirect=["world"])
 def test_every_decoder_couples_to_autoregressive_sampling(world, settings):
     """Same seed, same text: tree (several shapes, and auto), chain, random head."""
     kw = dict(positions=world.positions, **settings)

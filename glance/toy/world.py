@@ -237,7 +237,7 @@ def train_target(
 def _train_phase(model, encoder, table, cfg: TrainConfig, seed: int, bar) -> dict:
     """One phase of :func:`train_target`: ``cfg.steps`` steps of a fresh AdamW
     with warm-up and cosine decay, on examples drawn from ``[seed, 1]``."""
-    from glance.training.block import lr_at, optimizer_step
+    from glance.training.loop import lr_at, optimizer_step
 
     rng = np.random.default_rng([seed, 1])
     mix = (*TASKS, AUX_TASK)

@@ -28,7 +28,6 @@ The result saves with ``save_pretrained`` and loads with both
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass, field
 
@@ -37,6 +36,7 @@ import torch
 
 from glance.heads.block import context_features, default_layer_ids, lm_head, noise_embedding
 from glance.targets.vl import StreamPositions, text_config
+from glance.training.loop import deterministic, fit, lr_at, optimizer_step
 
 __all__ = [
     "HeadConfig",
@@ -258,26 +258,6 @@ def head_loss(head, target, rows, gamma: float, reveal: int = 0) -> torch.Tensor
     return (nll * weights.reshape(-1)).sum() / weights.sum().clamp_min(1e-12)
 
 
-def lr_at(step: int, cfg) -> float:
-    """Learning rate at ``step`` for a config with ``lr``, ``warmup`` and ``steps``:
-    linear warm-up, then cosine decay to a tenth."""
-    if step < cfg.warmup:
-        return cfg.lr * (step + 1) / cfg.warmup
-    done = (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup)
-    return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * done)))
-
-
-def optimizer_step(optim, module, loss, lr: float, clip: float = 1.0) -> float:
-    """One clipped AdamW step at learning rate ``lr``; returns the loss as a float."""
-    for group in optim.param_groups:
-        group["lr"] = lr
-    optim.zero_grad(set_to_none=True)
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_(module.parameters(), clip)
-    optim.step()
-    return float(loss.detach())
-
-
 def reveal_at(cfg: HeadConfig, longest: int, rng: np.random.Generator) -> int:
     """Tokens revealed after the anchor in this step's blocks: always 0 for a
     fixed mask span; for a variable one, 0 half the time, else uniform in
@@ -306,14 +286,7 @@ def train_head(
     blocks of sequences never trained on (all masks after the anchor), so a
     reader can check that training converged.
     """
-    import os
-
-    # Bit-reproducible training: deterministic kernels (cuBLAS needs a fixed
-    # workspace for them), restored to the caller's setting afterwards.
-    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-    was_deterministic = torch.are_deterministic_algorithms_enabled()
-    torch.use_deterministic_algorithms(True)
-    try:
+    with deterministic():
         return _train_head(
             target,
             sequences,
@@ -323,8 +296,6 @@ def train_head(
             heldout=heldout,
             eval_every=eval_every,
         )
-    finally:
-        torch.use_deterministic_algorithms(was_deterministic)
 
 
 def _train_head(target, sequences, mask_token_id, cfg, *, progress, heldout, eval_every):
@@ -342,27 +313,10 @@ def _train_head(target, sequences, mask_token_id, cfg, *, progress, heldout, eva
     data = [d for d in data if d[1].shape[0] - d[2] >= 1]
     if not data:
         raise ValueError("train_head: no sequence has a response token")
-    feature_seconds = time.perf_counter() - start
-    rng = np.random.default_rng(cfg.seed)
-    torch.manual_seed(cfg.seed)
-    head.train()
-    optim = torch.optim.AdamW(
-        head.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.95)
-    )
-    losses, curve = [], []
     probe = _heldout_rows(target, heldout, layer_ids, cfg)
-
-    def evaluate(step: int) -> None:
-        if probe:
-            head.eval()
-            with torch.no_grad():
-                loss = float(np.mean([head_loss(head, target, [r], gamma).item() for r in probe]))
-            curve.append([step, loss])
-            head.train()
-
-    bar = tqdm(range(cfg.steps), desc="train head", disable=not progress)
     response = np.array([ids.shape[0] - prompt_len for _, ids, prompt_len in data])
-    for step in bar:
+
+    def batch_loss(rng: np.random.Generator) -> torch.Tensor:
         reveal = reveal_at(cfg, response.max(), rng)
         eligible = np.flatnonzero(response >= reveal + 1)  # room for a masked label
         rows = []
@@ -372,23 +326,19 @@ def _train_head(target, sequences, mask_token_id, cfg, *, progress, heldout, eva
             while len(anchors) < cfg.blocks_per_row:  # short responses: repeat anchors
                 anchors = sorted(anchors + anchors[: cfg.blocks_per_row - len(anchors)])
             rows.append((feats, ids, anchors))
-        loss = head_loss(head, target, rows, gamma, reveal)
-        losses.append(optimizer_step(optim, head, loss, lr_at(step, cfg)))
-        if step % 25 == 0:
-            bar.set_postfix(loss=f"{np.mean(losses[-25:]):.3f}")
-        if step % eval_every == 0:
-            evaluate(step)
-    evaluate(cfg.steps)
-    head.eval().requires_grad_(False)
-    log = {
-        "feature_seconds": feature_seconds,
-        "train_seconds": time.perf_counter() - start - feature_seconds,
-        "steps": cfg.steps,
-        "final_loss": float(np.mean(losses[-25:])),
-        "parameters": sum(p.numel() for p in head.parameters()),
-    }
-    if curve:
-        log["heldout_curve"] = curve
+        return head_loss(head, target, rows, gamma, reveal)
+
+    log = fit(
+        head,
+        cfg,
+        batch_loss,
+        lambda row: head_loss(head, target, [row], gamma),
+        probe,
+        desc="train head",
+        eval_every=eval_every,
+        progress=progress,
+        feature_seconds=time.perf_counter() - start,
+    )
     return head, log
 
 

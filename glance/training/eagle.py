@@ -13,6 +13,7 @@ import torch.nn.functional as F
 
 from glance.heads.block import embeddings, lm_head
 from glance.heads.eagle import build_eagle_head
+from glance.training.loop import deterministic, fit
 
 __all__ = ["EagleTrainConfig", "eagle_loss", "train_eagle_head", "ttt_steps"]
 
@@ -129,16 +130,11 @@ def train_eagle_head(
     seed on one machine. With ``heldout`` sequences, ``log["heldout_curve"]``
     holds ``[step, loss]`` pairs on fixed windows never trained on.
     """
-    import os
-
     from tqdm import tqdm
 
-    from glance.training.block import lr_at, optimizer_step, sequence_features
+    from glance.training.block import sequence_features
 
-    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-    was = torch.are_deterministic_algorithms_enabled()
-    torch.use_deterministic_algorithms(True)
-    try:
+    with deterministic():
         target.requires_grad_(False)
         head = build_eagle_head(target, cfg.layer_ids, cfg.seed)
         ids = head.target_layer_ids
@@ -155,53 +151,19 @@ def train_eagle_head(
             raise ValueError("train_eagle_head: no sequence has two response tokens")
         probe_rng = np.random.default_rng([cfg.seed, 7])
         probe = [_windows([r], 1, cfg.window, probe_rng)[0] for r in table(heldout)]
-        feature_seconds = time.perf_counter() - start
-        rng = np.random.default_rng(cfg.seed)
-        torch.manual_seed(cfg.seed)
-        head.train()
-        optim = torch.optim.AdamW(
-            head.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.95)
+
+        def loss(rows) -> torch.Tensor:
+            return eagle_loss(head, target, rows, cfg.window, cfg.ttt, cfg.decay)
+
+        log = fit(
+            head,
+            cfg,
+            lambda rng: loss(_windows(data, cfg.rows, cfg.window, rng)),
+            lambda row: loss([row]),
+            probe,
+            desc="train eagle head",
+            eval_every=eval_every,
+            progress=progress,
+            feature_seconds=time.perf_counter() - start,
         )
-        losses, curve = [], []
-
-        def evaluate(step):
-            if probe:
-                head.eval()
-                with torch.no_grad():
-                    values = [
-                        eagle_loss(head, target, [r], cfg.window, cfg.ttt, cfg.decay).item()
-                        for r in probe
-                    ]
-                curve.append([step, float(np.mean(values))])
-                head.train()
-
-        bar = tqdm(range(cfg.steps), desc="train eagle head", disable=not progress)
-        for step in bar:
-            loss = eagle_loss(
-                head,
-                target,
-                _windows(data, cfg.rows, cfg.window, rng),
-                cfg.window,
-                cfg.ttt,
-                cfg.decay,
-            )
-            losses.append(optimizer_step(optim, head, loss, lr_at(step, cfg)))
-            if step % 25 == 0:
-                bar.set_postfix(loss=f"{np.mean(losses[-25:]):.3f}")
-            if step % eval_every == 0:
-                evaluate(step)
-        evaluate(cfg.steps)
-    finally:
-        torch.use_deterministic_algorithms(was)
-    head.eval().requires_grad_(False)
-    log = {
-        "feature_seconds": feature_seconds,
-        "train_seconds": time.perf_counter() - start - feature_seconds,
-        "steps": cfg.steps,
-        "final_loss": float(np.mean(losses[-25:])),
-        "parameters": sum(p.numel() for p in head.parameters()),
-        "target_layer_ids": head.target_layer_ids,
-    }
-    if curve:
-        log["heldout_curve"] = curve
-    return head, log
+    return head, {**log, "target_layer_ids": head.target_layer_ids}
