@@ -26,8 +26,6 @@ def main(cfg) -> None:
 
     setup(cfg)
     out, h = Path(cfg.paths.head), cfg.head
-    if h.source not in ("toy", "checkpoint"):
-        raise SystemExit(f"head.source: expected toy or checkpoint; got {h.source!r}")
     refuse_unreplaceable(out, "paths.head", FILES)  # before any training
     if h.source == "checkpoint" and Path(str(h.path)).resolve() == out.resolve():
         raise SystemExit(f"paths.head {out}: is head.path itself; give the record its own folder")

@@ -25,10 +25,6 @@ def main(cfg) -> None:
 
     setup(cfg)
     out, t = Path(cfg.paths.target), cfg.target
-    if t.source not in ("toy", "pretrained"):
-        raise SystemExit(f"target.source: expected toy or pretrained; got {t.source!r}")
-    if t.source == "pretrained" and not t.path:
-        raise SystemExit("target.path: give a hub name or a local checkpoint folder")
     refuse_unreplaceable(out, "paths.target", FILES)  # before any work
     if t.source == "pretrained" or not t.retrain:
         source = t.path if t.source == "pretrained" else shipped_toy(t)

@@ -39,6 +39,8 @@ BAD = [
     ("target.auto_cost.verify_ms=[1.0,2.0]", "target.auto_cost.verify_ms", "2.0"),
     ("target.auto_cost.verify_ms=[1,2,3,4,5,6,7,-8]", "target.auto_cost.verify_ms[7]", "-8"),
     ("target.auto_cost.draft_ms=nan", "target.auto_cost.draft_ms", "nan"),
+    ("target.source=hub", "target.source", "hub"),
+    ("head.source=hub", "head.source", "hub"),
 ]
 
 
@@ -62,6 +64,11 @@ def test_bad_values_name_key_value_and_what_is_allowed(override, key, value):
     assert value in message
     if key != "surprise":
         assert "expected" in message
+
+
+def test_a_pretrained_target_needs_a_path():
+    with pytest.raises(SystemExit, match=r"^target.path: expected a hub name or a local"):
+        check_config(_cfg("target=qwen3_vl_8b", "target.path=null"))
 
 
 @pytest.mark.parametrize("stage", ["decode", "audit", "bench"])

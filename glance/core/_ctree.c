@@ -133,6 +133,19 @@ done:
     return result;
 }
 
+/* 0 when parents[i] is -1 or an earlier node; else -1 with a ValueError set. */
+static int check_parent(const int64_t *parents, Py_ssize_t i)
+{
+    int64_t p = parents[i];
+    if (p < -1 || p >= i) {
+        PyErr_Format(PyExc_ValueError,
+                     "parents must be packed parents-first; node %zd has parent %lld", i,
+                     (long long)p);
+        return -1;
+    }
+    return 0;
+}
+
 /* Fill out (N+1, N+1) uint8 with the visibility of [root, node_0, ...]: row r
  * has 1 at every column it sees (the root, its ancestors, itself). Returns -1
  * with a ValueError set when parents are not packed parents-first. */
@@ -142,13 +155,8 @@ static int fill_visible(const int64_t *parents, Py_ssize_t n, uint8_t *out)
     memset(out, 0, (size_t)(n1 * n1));
     out[0] = 1;
     for (Py_ssize_t i = 0; i < n; i++) {
+        if (check_parent(parents, i) < 0) return -1;
         int64_t p = parents[i];
-        if (p < -1 || p >= i) {
-            PyErr_Format(PyExc_ValueError,
-                         "parents must be packed parents-first; node %zd has parent %lld", i,
-                         (long long)p);
-            return -1;
-        }
         uint8_t *row = out + (i + 1) * n1;
         memcpy(row, out + (p + 1) * n1, (size_t)(p + 2));
         row[i + 1] = 1;
@@ -248,13 +256,8 @@ static PyObject *accept(PyObject *self, PyObject *args)
     }
     Py_ssize_t leaf = -1;
     for (Py_ssize_t i = 0; i < n; i++) {
+        if (check_parent(parents, i) < 0) goto done;
         int64_t p = parents[i];
-        if (p < -1 || p >= i) {
-            PyErr_Format(PyExc_ValueError,
-                         "parents must be packed parents-first; node %zd has parent %lld", i,
-                         (long long)p);
-            goto done;
-        }
         ok[i] = tokens[i] == next[p + 1] && (p < 0 || ok[p]);
         if (ok[i] && (leaf < 0 || depths[i] > depths[leaf])) leaf = i;
     }

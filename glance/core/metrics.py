@@ -102,40 +102,11 @@ def paired_bootstrap(
         raise ValueError(f"baseline and method times must be paired; got {b.shape} and {m.shape}")
     if b.shape[0] < 2:
         raise ValueError(f"paired_bootstrap needs at least 2 prompts; got {b.shape[0]}")
-    if not 0 < confidence < 1:
-        raise ValueError(f"confidence must be in (0, 1); got {confidence}")
 
     def ratio(base, method, axis=-1):
         return base.sum(axis=axis) / method.sum(axis=axis)
 
-    with warnings.catch_warnings():
-        # A zero-spread bootstrap distribution makes BCa warn; handled below.
-        warnings.simplefilter("ignore", RuntimeWarning)
-        warnings.simplefilter("ignore", stats.DegenerateDataWarning)
-        res = stats.bootstrap(
-            (b, m),
-            ratio,
-            paired=True,
-            vectorized=True,
-            n_resamples=n_resamples,
-            confidence_level=confidence,
-            method="BCa",
-            rng=np.random.default_rng(seed),
-        )
-    low, high = float(res.confidence_interval.low), float(res.confidence_interval.high)
-    if np.ptp(res.bootstrap_distribution) == 0:
-        # Every resample gives the same ratio (method = c * baseline): the
-        # interval is that point, where BCa itself would return NaN.
-        low = high = float(res.bootstrap_distribution[0])
-    return RatioEstimate(
-        estimate=float(ratio(b, m)),
-        low=low,
-        high=high,
-        confidence=confidence,
-        n=int(b.shape[0]),
-        n_resamples=n_resamples,
-        seed=seed,
-    )
+    return _bca_ratio((b, m), ratio, seed=seed, n_resamples=n_resamples, confidence=confidence)
 
 
 def paired_tau_ratio(
@@ -171,7 +142,15 @@ def paired_tau_ratio(
     def ratio(ca, ra, cb, rb, axis=-1):
         return (ca.sum(axis=axis) / ra.sum(axis=axis)) / (cb.sum(axis=axis) / rb.sum(axis=axis))
 
+    return _bca_ratio(arrays, ratio, seed=seed, n_resamples=n_resamples, confidence=confidence)
+
+
+def _bca_ratio(arrays, ratio, *, seed: int, n_resamples: int, confidence: float) -> RatioEstimate:
+    """``ratio(*arrays)`` with scipy's paired BCa bootstrap interval over prompts."""
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be in (0, 1); got {confidence}")
     with warnings.catch_warnings():
+        # A zero-spread bootstrap distribution makes BCa warn; handled below.
         warnings.simplefilter("ignore", RuntimeWarning)
         warnings.simplefilter("ignore", stats.DegenerateDataWarning)
         res = stats.bootstrap(
@@ -184,11 +163,14 @@ def paired_tau_ratio(
             method="BCa",
             rng=np.random.default_rng(seed),
         )
+    estimate = float(ratio(*arrays))
     low, high = float(res.confidence_interval.low), float(res.confidence_interval.high)
     if np.ptp(res.bootstrap_distribution) == 0 or not (np.isfinite(low) and np.isfinite(high)):
-        low = high = float(ratio(*arrays))
+        # Every resample gives the same ratio (one system is a constant multiple
+        # of the other): the interval is that point, where BCa returns NaN.
+        low = high = estimate
     return RatioEstimate(
-        estimate=float(ratio(*arrays)),
+        estimate=estimate,
         low=low,
         high=high,
         confidence=confidence,

@@ -28,6 +28,8 @@ from glance.toy.config import EagleWindows, HeadTrain, TargetSize, TrainConfig
 #: ``budget`` nodes, and past this the verify pass is never worth its cost
 MAX_BUDGET = 4095
 TIMINGS = ("decode_only", "legacy")
+TARGET_SOURCES = ("toy", "pretrained")
+HEAD_SOURCES = ("toy", "checkpoint")
 #: the fewest measured prompts a row may have: its speedup and tau intervals
 #: come from a paired bootstrap over prompts, which needs two
 MIN_PROMPTS = 2
@@ -302,6 +304,11 @@ _ARTICLE = {
 def check_ranges(cfg: DictConfig) -> None:
     """The ranges the types cannot say (see the README's parameter notes)."""
     d = cfg.decode
+    for key, sources in (("target.source", TARGET_SOURCES), ("head.source", HEAD_SOURCES)):
+        if OmegaConf.select(cfg, key) not in sources:
+            _fail(key, OmegaConf.select(cfg, key), " or ".join(sources))
+    if cfg.target.source == "pretrained" and not cfg.target.path:
+        _fail("target.path", cfg.target.path, "a hub name or a local checkpoint folder")
     budget("budget", cfg.budget)
     for key, low in (("branch_k", 1), ("n", MIN_PROMPTS), ("context", 0)):
         integer(key, cfg[key], low)

@@ -14,6 +14,7 @@ later pass over tokens at given sequence indices (:meth:`rows`).
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -301,6 +302,20 @@ def image_only_processor(local: Path, name: str | None):
     template = local / "chat_template.jinja"
     chat_template = template.read_text(encoding="utf-8") if template.is_file() else None
 
+    logging.getLogger(__name__).warning(
+        "%s: torchvision is missing; %s loads for images and text only (%s)",
+        local, name, image_cls.__name__,
+    )  # fmt: skip
+    processor = without_video(base)
+    return processor(image_cls.from_pretrained(str(local)), tokenizer, chat_template=chat_template)
+
+
+@functools.cache
+def without_video(base):
+    """``base`` (a Qwen-VL processor class) taking no video processor: images
+    and text go through its own chat flow and token expansion unchanged."""
+    from transformers import ProcessorMixin
+
     class ImageOnly(base):
         def __init__(self, image_processor=None, tokenizer=None, chat_template=None, **kwargs):
             self.image_token, self.video_token = "<|image_pad|>", "<|video_pad|>"
@@ -309,15 +324,9 @@ def image_only_processor(local: Path, name: str | None):
             self.image_token_id, self.video_token_id = ids(self.image_token), ids(self.video_token)
             self.vision_start_token_id = ids(self.vision_start_token)
             self.vision_end_token_id = ids(self.vision_end_token)
-            tf.ProcessorMixin.__init__(
-                self, image_processor, tokenizer, chat_template=chat_template
-            )
+            ProcessorMixin.__init__(self, image_processor, tokenizer, chat_template=chat_template)
 
-    logging.getLogger(__name__).warning(
-        "%s: torchvision is missing; %s loads for images and text only (%s)",
-        local, name, image_cls.__name__,
-    )  # fmt: skip
-    return ImageOnly(image_cls.from_pretrained(str(local)), tokenizer, chat_template=chat_template)
+    return ImageOnly
 
 
 #: processor classes outside transformers, by the name a checkpoint's

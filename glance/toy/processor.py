@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 
-from glance.targets.vl import register_processor
+from glance.targets.vl import register_processor, without_video
 from glance.toy.tasks import ALPHABET, CELL, COLS, ROWS
 
 __all__ = [
@@ -72,20 +72,11 @@ def build_tokenizer():
 @functools.cache
 def processor_class():
     """The toy processor class (built on first use, so importing needs no transformers)."""
-    from transformers import ProcessorMixin, Qwen3VLProcessor
+    from transformers import Qwen3VLProcessor
 
-    class GlanceToyProcessor(Qwen3VLProcessor):
+    class GlanceToyProcessor(without_video(Qwen3VLProcessor)):
         """Qwen3-VL's processor without the video processor (which needs
         torchvision): image and text only, same chat flow and token expansion."""
-
-        def __init__(self, image_processor=None, tokenizer=None, chat_template=None, **kwargs):
-            self.image_token, self.video_token = "<|image_pad|>", "<|video_pad|>"
-            self.vision_start_token, self.vision_end_token = "<|vision_start|>", "<|vision_end|>"
-            ids = tokenizer.convert_tokens_to_ids
-            self.image_token_id, self.video_token_id = ids(self.image_token), ids(self.video_token)
-            self.vision_start_token_id = ids(self.vision_start_token)
-            self.vision_end_token_id = ids(self.vision_end_token)
-            ProcessorMixin.__init__(self, image_processor, tokenizer, chat_template=chat_template)
 
     return GlanceToyProcessor
 

@@ -152,15 +152,20 @@ def _word_lines(rng):
     return [f"{_word(rng)} {_word(rng)}"[:COLS] for _ in range(ROWS)]
 
 
+def _weave(task: str, copies, sep: str, lead=()) -> list:
+    """An answer's parts: each copied span, then the task's free letters and
+    ``sep``; a full stop replaces the last ``sep``."""
+    parts = list(lead)
+    for copy in copies:
+        parts += [copy, *_free(STYLES[task]), sep]
+    parts[-1] = "."
+    return parts
+
+
 def _caption(rng, repeats: int = 1, prompt: str = "describe the page."):
     lines = _word_lines(rng)
-    style, parts = STYLES["caption"], []
-    for r in range(repeats):
-        for i, line in enumerate(lines):
-            word = line.split()[(r + i) % 2]
-            parts += [word, *_free(style), ", "]
-    parts[-1] = "."
-    return lines, prompt, parts
+    words = [line.split()[(r + i) % 2] for r in range(repeats) for i, line in enumerate(lines)]
+    return lines, prompt, _weave("caption", words, ", ")
 
 
 def _longform(rng):
@@ -169,41 +174,27 @@ def _longform(rng):
 
 def _textvqa(rng):
     lines = _word_lines(rng)
-    parts = ["the words: "]
-    for i, line in enumerate(lines):
-        parts += [line.split()[i % 2], *_free(STYLES["textvqa"]), "; "]
-    parts[-1] = "."
-    return lines, "read a word from each line.", parts
+    words = [line.split()[i % 2] for i, line in enumerate(lines)]
+    return lines, "read a word from each line.", _weave("textvqa", words, "; ", ["the words: "])
 
 
 def _infovqa(rng):
     items = list(rng.choice(ITEMS, size=ROWS, replace=False))
     counts = [int(c) for c in rng.integers(10, 100, size=ROWS)]
     lines = [f"{it} {c}" for it, c in zip(items, counts, strict=True)]
-    parts = []
-    for line in lines:
-        parts += [line, *_free(STYLES["infovqa"]), "; "]
-    parts[-1] = "."
-    return lines, "count each item.", parts
+    return lines, "count each item.", _weave("infovqa", lines, "; ")
 
 
 def _docvqa(rng):
     lines = [f"{f} {_alnum(rng, 7)}" for f in FIELDS]
-    parts = []
-    for line in lines:
-        parts += [line, *_free(STYLES["docvqa"]), "; "]
-    parts[-1] = "."
-    return lines, "copy every field.", parts
+    return lines, "copy every field.", _weave("docvqa", lines, "; ")
 
 
 def _chartqa(rng):
     values = [f"{int(x):02d}" for x in rng.integers(10, 100, size=4 * ROWS)]
     lines = [" ".join(values[i : i + 4]) for i in range(0, len(values), 4)]
-    parts = []
-    for i in range(0, len(values), 2):
-        parts += [f"{values[i]} {values[i + 1]}", *_free(STYLES["chartqa"]), ", "]
-    parts[-1] = "."
-    return lines, "list the chart values.", parts
+    pairs = [f"{values[i]} {values[i + 1]}" for i in range(0, len(values), 2)]
+    return lines, "list the chart values.", _weave("chartqa", pairs, ", ")
 
 
 def _transcribe(rng):
