@@ -17,6 +17,17 @@ from glance.core.numerics import Numerics
 os.environ.update(Numerics().env())
 
 KINDS = ("qwen3", "qwen2_vl", "qwen2_5_vl", "qwen3_vl")
+#: the kinds a test on the ``world`` fixture runs on in the quick suite
+#: (``-m "not slow"``): a text target and Qwen3-VL. The other two Qwen-VL
+#: generations run in the full suite, which CI runs.
+QUICK_KINDS = ("qwen3", "qwen3_vl")
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        spec = getattr(item, "callspec", None)
+        if spec is not None and spec.params.get("world", QUICK_KINDS[0]) not in QUICK_KINDS:
+            item.add_marker(pytest.mark.slow)
 
 
 @dataclass

@@ -131,7 +131,7 @@ def sampled(world, seed, settings, n=N_NEW, stops=None):
 
 
 # The quick run keeps one target kind per setting; CI runs every pair.
-QUICK = {("qwen3_vl", 0), ("qwen3", 1), ("qwen2_5_vl", 2)}
+QUICK = {("qwen3_vl", 0), ("qwen3", 1), ("qwen3_vl", 2)}
 COUPLING = [
     pytest.param(
         kind,
