@@ -36,7 +36,8 @@ def main(cfg) -> None:
     sweeps = [budget("sweep.budgets", b) for b in cfg.sweep.budgets]
     temperatures = [float(t) for t in cfg.decode.sampled if float(t) > 0]
     cfg = replace(cfg, dtype="float32")  # the audit's contract: bitwise at fp32
-    s, n = open_session(cfg), int(cfg.audit.n)
+    n = int(cfg.audit.n)
+    s = open_session(cfg, inputs=[(task_by_name(name), n + 1) for name in cfg.tasks])
     extend, auto = extend_row(cfg, s.head), bool(cfg.decode.auto_row)
     rows = audit_rows(settings["budget"], settings["branch_k"], sweeps, temperatures, extend, auto)
     tasks, reused, found, failures = {}, {}, [], []

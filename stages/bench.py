@@ -44,7 +44,7 @@ def main(cfg) -> None:
 
     setup(cfg)
     decode_settings(cfg)  # bad settings fail before any model loads
-    s = open_session(cfg)
+    s = open_session(cfg, inputs=bench.bench_inputs(cfg))
     rows = bench.bench_rows(cfg, extend_row(cfg, s.head))
     result = bench.bench_header(cfg, s, rows)
     for name in cfg.bench.tasks:

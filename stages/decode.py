@@ -37,7 +37,7 @@ def main(cfg) -> None:
     out_dir = d.output_dir(cfg, task)
     refuse_unreplaceable(out_dir, "out_dir", d.FILES)
     check_context(cfg, settings)
-    s = open_session(cfg)
+    s = open_session(cfg, inputs=[(task, settings["n"] + 1)])
     prompts = s.prompts(task, settings["n"] + 1, settings["context"], settings["max_new_tokens"])
     d.check_positions(cfg, settings, prompts, f"decode {task.name}")
     settings["extend_row"] = extend = extend_row(cfg, s.head)

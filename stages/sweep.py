@@ -33,8 +33,9 @@ def main(cfg) -> None:
     budgets = [budget("sweep.budgets", b) for b in cfg.sweep.budgets]
     folder = Path(cfg.paths.results) / "sweep" / task.name
     refuse_unreplaceable(folder, "sweep output folder", sweep.FILES)
-    s = open_session(cfg)
-    prompts = s.prompts(task, int(cfg.sweep.n) + 1, max_new=settings["max_new_tokens"])
+    n = int(cfg.sweep.n) + 1
+    s = open_session(cfg, inputs=[(task, n)])
+    prompts = s.prompts(task, n, max_new=settings["max_new_tokens"])
     check_positions(cfg, settings, prompts, f"sweep {task.name}")
     rows = sweep.sweep_rows(budgets, settings["branch_k"])
     runs = s.decode(rows, prompts, f"sweep {task.name}", timing=settings["timing"])

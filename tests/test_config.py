@@ -95,6 +95,28 @@ def test_stages_refuse_bad_config_before_any_model_loads(stage, monkeypatch):
         assert time.perf_counter() - start < 1.0, override
 
 
+@pytest.mark.parametrize("stage", ["decode", "sweep", "audit", "bench", "arms"])
+def test_stages_read_their_task_files_before_any_model_loads(stage, monkeypatch, tmp_path):
+    """A missing task file is named before the target loads (five seconds here)."""
+    import importlib
+
+    import glance.pipeline.app
+    import glance.targets.vl
+
+    def slow_load(*args, **kwargs):
+        time.sleep(5)
+        raise AssertionError("the stage loaded a model before reading its task files")
+
+    monkeypatch.setattr(glance.pipeline.app, "load_target", slow_load)
+    monkeypatch.setattr(glance.targets.vl, "load_target", slow_load)
+    main = importlib.import_module(f"stages.{stage}").main
+    cfg = _cfg(f"paths.data={tmp_path / 'data'}", f"paths.results={tmp_path / 'results'}")
+    start = time.perf_counter()
+    with pytest.raises(FileNotFoundError, match=f"^{tmp_path / 'data'}/.*: missing task file"):
+        main(cfg)
+    assert time.perf_counter() - start < 1.0
+
+
 def test_the_built_config_holds_the_librarys_own_objects():
     from glance.pipeline.config import Config, build
     from glance.toy.config import EagleWindows, HeadTrain, TargetSize, TrainConfig

@@ -170,9 +170,12 @@ def test_a_tree_drafter_refuses_auto_budget_and_extension(world):
         (dict(budget="auto"), "grows its own tree"),
         (dict(extend_budget=8), "no extend"),
     ):
-        options = Options(16, **{"budget": 8, **bad})
-        with pytest.raises(ValueError, match=why):
-            speculate(drafter, world.target, world.input_ids, options, positions=world.positions)
+        for n in (16, 1):  # a one-token answer has no round, and is refused all the same
+            options = Options(n, **{"budget": 8, **bad})
+            with pytest.raises(ValueError, match=why):
+                speculate(
+                    drafter, world.target, world.input_ids, options, positions=world.positions
+                )
 
 
 @pytest.mark.slow  # hundreds of training steps

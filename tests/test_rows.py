@@ -47,6 +47,16 @@ def test_every_lossless_kind_of_glance_s_loop_reproduces_greedy(world):
             assert record["draft_ms"] > 0
 
 
+def test_a_one_token_answer_has_no_round_and_no_draft_time(world):
+    """max_new_tokens=1: the prefill gives the only token, so no round drafts."""
+    models = Models(world.target, world.head)
+    prompt = Prompt(world.input_ids, world.positions, 1, [])
+    want = world.reference[0, world.input_ids.shape[1] :][:1].tolist()
+    for kind in ("glance", "chain"):
+        record = run(Row(kind, "ar"), models, prompt)
+        assert record["ids"] == want and record["rounds"] == 0 and record["draft_ms"] is None
+
+
 def test_a_relaxed_row_is_not_gated_and_extra_options_override_the_row(world):
     models, prompt = Models(world.target, world.head), _prompt(world)
     row = Row("glance", "ar", options={"budget": 15, "branch_k": 4})

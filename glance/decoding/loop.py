@@ -47,7 +47,7 @@ from glance.core.tree import CandidateTree, accept_path, first_nodes, search_tre
 from glance.decoding.cache import KVCache
 from glance.decoding.sampling import Sampling, Uniforms, draw
 from glance.drafters.block import BlockDrafter
-from glance.drafters.protocol import Drafter
+from glance.drafters.protocol import Drafter, refuse_auto
 from glance.heads.block import check_head_extends
 from glance.targets.vl import StreamPositions, VisionPositions, text_config
 
@@ -707,6 +707,7 @@ def _check_drafter(drafter, options: Options) -> None:
     ]
     if missing:
         raise TypeError(f"drafter must be a Drafter; {type(drafter).__name__} lacks {missing}")
+    refuse_auto(drafter, options.budget)  # before the prefill and the cost measurement
     if options.extend_budget and not callable(getattr(drafter, "extend", None)):
         raise ValueError(
             f"{type(drafter).__name__} has no extend: extend_budget must be 0; "

@@ -16,9 +16,10 @@ __all__ = ["BlockDrafter"]
 
 
 class BlockDrafter(TableDrafter):
-    """A ``dflash.DFlashDraftModel`` head as a :class:`Drafter`: one head pass
-    over ``[root, MASK x depth]`` fills every offset, reading the target's
-    hidden states at the head's kept layers. ``width=1`` is the chain."""
+    """A ``dflash.DFlashDraftModel`` head as a
+    :class:`~glance.drafters.protocol.Drafter`: one head pass over ``[root,
+    MASK x depth]`` fills every offset, reading the target's hidden states at
+    the head's kept layers. ``width=1`` is the chain."""
 
     def __init__(self, head, target, width: int):
         check_head_fits(head, target)

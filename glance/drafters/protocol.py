@@ -99,15 +99,22 @@ class GrowingDrafter:
 
     width: int
     max_depth: int
+    #: the loop refuses ``budget="auto"`` for this drafter before the prefill
+    fixed_budget = True
 
     def draft_tree(self, root: int, length: int, depth: int, budget: int) -> CandidateTree:
         """At most ``budget`` nodes at most ``depth`` deep after ``root``."""
         raise NotImplementedError
 
     def draft(self, root: int, length: int, depth: int, plan: Plan) -> CandidateTree:
-        if isinstance(plan.budget, str):
-            raise ValueError(
-                f"{type(self).__name__} grows its own tree: budget must be an int; "
-                f"got budget={plan.budget!r}"
-            )
+        refuse_auto(self, plan.budget)
         return self.draft_tree(root, length, depth, plan.budget)
+
+
+def refuse_auto(drafter, budget) -> None:
+    """A drafter with ``fixed_budget`` takes an int budget only."""
+    if getattr(drafter, "fixed_budget", False) and isinstance(budget, str):
+        raise ValueError(
+            f"{type(drafter).__name__} grows its own tree: budget must be an int; "
+            f"got budget={budget!r}"
+        )

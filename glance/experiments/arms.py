@@ -134,6 +134,14 @@ def arms_cases(cfg) -> list[tuple[str, int, int]]:
     return cases + [(sweep.task, c, int(sweep.n)) for c in sweep.lengths if c > 0]
 
 
+def arms_inputs(cfg) -> list:
+    """``(task, prompts)`` of every task file the arms read: each case's and the budget sweep's."""
+    from glance.pipeline.app import task_by_name
+
+    pairs = [(name, n + 1) for name, _, n in arms_cases(cfg)]
+    return [(task_by_name(name), n) for name, n in [*pairs, (cfg.sweep.task, int(cfg.sweep.n) + 1)]]
+
+
 def arms_header(cfg, target) -> dict:
     """``arms.json``'s settings."""
     a = cfg.arms

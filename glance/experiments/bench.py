@@ -31,6 +31,16 @@ def bench_rows(cfg, extend: int) -> dict:
     return rows if extend else {k: v for k, v in rows.items() if k != "glance_extend"}
 
 
+def bench_inputs(cfg) -> list:
+    """``(task, prompts)`` of every task file the bench reads."""
+    from glance.pipeline.app import task_by_name
+
+    b = cfg.bench
+    pairs = [(name, int(b.n) + 1) for name in b.tasks]
+    pairs += [(b.length_task, int(b.length_n) + 1), (b.cost_task, int(b.cost_n) + 1)]
+    return [(task_by_name(name), n) for name, n in pairs]
+
+
 def length_curve(session) -> dict:
     """ms per token (decode_only window) at each output length, with no stop token.
 

@@ -6,8 +6,9 @@ trees. JSON and JSONL files are compared value by value, skipping the fields
 that hold a wall-clock measurement (:data:`TIMING`: milliseconds, seconds,
 tokens per second, speedups and the intervals under them); every other file
 byte for byte, except the figures and tables drawn from timings
-(:data:`TIMED_FILES`). Prints each difference as ``file: field: ours against
-theirs`` and exits 1 when there is any. ``budget="auto"`` rows are compared like
+(:data:`TIMED_FILES`). :func:`compare` returns each difference as ``file:
+field: ours against theirs`` (``python -m stages.reproduce`` prints them and
+exits 1 when there is any). ``budget="auto"`` rows are compared like
 the rest: under ``target.auto_cost`` their tree sizes come from a fixed table,
 not the clock (with ``auto_cost: null`` they would differ, and this says so).
 """

@@ -212,7 +212,7 @@ def run(row: Row, models: Models, prompt: Prompt, **extra) -> dict:
         "new_tokens": stats.new_tokens,
         "committed": sum(r.committed for r in rounds),
         "rounds": len(rounds) if drafts else None,
-        "draft_ms": sum(r.draft_ms for r in rounds) / len(rounds) if drafts else None,
+        "draft_ms": sum(r.draft_ms for r in rounds) / len(rounds) if drafts and rounds else None,
         "stats": stats,
     }
 

@@ -69,14 +69,19 @@ class Session:
         return runs
 
 
-def open_session(cfg, models=None) -> Session:
+def open_session(cfg, models=None, inputs=()) -> Session:
     """The target and processor the target stage resolved, the head the head
     stage made, and the verify costs ``budget="auto"`` plans with;
     ``models(target)``, when given, builds the :class:`Models` instead, for
-    stages that run more drafters."""
+    stages that run more drafters. ``inputs`` are the ``(task, count)`` pairs
+    the stage will read: each task file and its images are checked first, so a
+    missing file or image fails, naming it, before any model loads."""
+    from glance.data.inputs import task_records
     from glance.pipeline.app import load_target
     from glance.targets.vl import stop_ids
 
+    for task, count in inputs:
+        task_records(cfg.paths.data, task, count)
     target, processor = load_target(cfg)
     if models is None:
         models = Models(target, load_head(cfg, target), costs=verify_costs(cfg))

@@ -2,8 +2,8 @@
 verify costs, the head, the token recipe, the sampling seeds, and the
 lossless gate as a stage's exit.
 
-The stages that train or build (``target``, ``head``, ``eagle_head``) never
-import this module, so a change to the decoder leaves them up to date.
+The stages that train heads (``head``, ``eagle_head``, ``assistant``) never
+import this module, so a change to the decoder retrains no head.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def decode_settings(cfg: Config, task=None) -> dict:
     """The decode settings that run: ``budget`` (an integer in 1..MAX_BUDGET,
     or ``"auto"``), ``branch_k``, ``n``, ``context``, ``max_new_tokens`` (the
     task's own when null), ``timing``, ``temperature`` and ``extend_budget``.
-    :func:`app` has checked them already; a bad value here exits naming the
+    :func:`glance.pipeline.app.app` has checked them already; a bad value here exits naming the
     key, the value and what is allowed. Nothing is coerced."""
     out = {
         "budget": budget("budget", cfg.budget),
