@@ -27,7 +27,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Mapping", "load_rows", "write_task"]
+__all__ = ["Conversations", "Mapping", "corpus_conversations", "load_rows", "write_task"]
 
 _KEYS = ("task", "hub", "config", "split", "columns", "prompt")
 _COLUMNS = ("image", "question", "answers")
@@ -185,3 +185,83 @@ def write_task(ds, mapping: Mapping, out: Path, source: str) -> int:
         raise ValueError(f"{source}: no rows in split {mapping.split!r}")
     (Path(out) / f"{mapping.task}.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
     return len(lines)
+
+
+def _first_user_turn(value, where: str) -> str:
+    """The question a cell holds: its text, or a conversation's first user turn
+    (The Cauldron's ``{user, assistant}``, chat ``{role, content}``, or
+    LLaVA's ``{from, value}``), with LLaVA's ``<image>`` tag removed."""
+    text = value
+    if isinstance(value, list) and value:
+        turn = value[0]
+        if isinstance(turn, dict):
+            text = turn.get("user")
+            if text is None and turn.get("role") == "user":
+                text = turn.get("content")
+            if text is None and turn.get("from") == "human":
+                text = turn.get("value")
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError(f"{where}: expected a question or a conversation with a user turn")
+    return text.replace("<image>", "").strip()
+
+
+class Conversations:
+    """A corpus source's rows as chat conversations, built when indexed
+    (``rows[i]``, ``rows[a:b]``), so images are decoded a batch at a time."""
+
+    def __init__(self, ds, image: str, question: str, prompt: str, source: str, rows=None):
+        self.ds, self.image, self.question, self.prompt = ds, image, question, prompt
+        self.source = source
+        self.rows = range(len(ds)) if rows is None else rows
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def select(self, rows) -> Conversations:
+        return Conversations(self.ds, self.image, self.question, self.prompt, self.source,
+                             self.rows[rows.start:rows.stop])  # fmt: skip
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        row_no = self.rows[i]
+        row = self.ds[row_no]
+        where = f"{self.source}: row {row_no}"
+        cell = row[self.image]
+        cell = cell[0] if isinstance(cell, list) and cell else cell
+        text = _first_user_turn(row[self.question], f"{where}, column {self.question!r}")
+        content = [
+            {"type": "image", "image": _image(cell, f"{where}, column {self.image!r}")},
+            {"type": "text", "text": self.prompt.format(question=text)},
+        ]
+        return [{"role": "user", "content": content}]
+
+
+def corpus_conversations(c) -> Conversations:
+    """The rows a corpus recipe (:class:`~glance.training.config.CorpusConfig`)
+    answers, as conversations: the first ``greedy + sampled + heldout`` rows of
+    the split. Errors name the source and the missing column."""
+    import datasets
+
+    need = c.greedy + c.sampled + c.heldout
+    if c.source == "hf" or c.source.startswith("hf:"):
+        name = c.source[3:] or c.hub
+        ds = datasets.load_dataset(name, c.config, split=c.split, revision=c.revision)
+    else:
+        path = Path(c.source)
+        if not path.exists():
+            raise FileNotFoundError(f"corpus.source: {path} does not exist")
+        ds = datasets.load_from_disk(str(path))
+        if isinstance(ds, datasets.DatasetDict):
+            if c.split not in ds:
+                raise ValueError(f"{path}: no split {c.split!r}; it has {sorted(ds)}")
+            ds = ds[c.split]
+    missing = [col for col in (c.image, c.question) if col not in ds.column_names]
+    if missing:
+        raise ValueError(
+            f"{c.source}: column(s) {missing} of corpus {c.name!r} not found; "
+            f"the dataset has {ds.column_names}"
+        )
+    if len(ds) < need:
+        raise ValueError(f"{c.source}: {len(ds)} rows; corpus {c.name!r} needs {need}")
+    return Conversations(ds.select(range(need)), c.image, c.question, c.prompt, c.source)

@@ -22,14 +22,15 @@ from typing import Any
 from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from glance.toy.config import EagleWindows, HeadTrain, TargetSize, TrainConfig
+from glance.toy.config import EagleWindows, TargetSize, TrainConfig
+from glance.training.config import FEATURE_MODES, MASK_SPANS, CorpusConfig, TrainRun
 
 #: the largest verify budget a stage accepts: the tree search is best-first over
 #: ``budget`` nodes, and past this the verify pass is never worth its cost
 MAX_BUDGET = 4095
 TIMINGS = ("decode_only", "legacy")
 TARGET_SOURCES = ("toy", "pretrained")
-HEAD_SOURCES = ("toy", "checkpoint")
+HEAD_SOURCES = ("train", "checkpoint")
 #: the fewest measured prompts a row may have: its speedup and tau intervals
 #: come from a paired bootstrap over prompts, which needs two
 MIN_PROMPTS = 2
@@ -66,9 +67,9 @@ class Target:
 @dataclass
 class Head:
     name: str = MISSING
-    source: str = MISSING  # toy or checkpoint
+    source: str = MISSING  # train or checkpoint
     path: str | None = None
-    train: HeadTrain | None = None  # the toy head's
+    train: TrainRun | None = None  # a trained head's run
 
 
 @dataclass
@@ -92,7 +93,9 @@ class Decode:
 class Paths:
     data: str = MISSING
     target: str = MISSING
+    corpus: str = MISSING
     head: str = MISSING
+    checkpoints: str = MISSING
     results: str = MISSING
     figures: str = MISSING
 
@@ -181,6 +184,7 @@ class Numerics:
 @dataclass
 class Config:
     target: Target = field(default_factory=Target)
+    corpus: CorpusConfig | None = None
     head: Head = field(default_factory=Head)
     task: Task | None = None
     seed: int = MISSING
@@ -288,6 +292,8 @@ def check_types(cfg: DictConfig) -> DictConfig:
 _LIBRARY_BLOCKS = (
     ("target.size", TargetSize),
     ("target.train", TrainConfig),
+    ("corpus", CorpusConfig),
+    ("head.train", TrainRun),
     ("arms.assistant.size", TargetSize),
     ("arms.assistant.train", TrainConfig),
 )
@@ -370,6 +376,46 @@ def check_ranges(cfg: DictConfig) -> None:
     if "task" in cfg and cfg.task is not None:
         integer("task.max_new_tokens", cfg.task.max_new_tokens, 1)
     auto_cost(cfg)
+    check_training(cfg)
+
+
+def check_training(cfg) -> None:
+    """The corpus recipe and the head's training run."""
+    c = cfg.get("corpus")
+    if c is not None:
+        for key in ("greedy", "sampled", "heldout", "context"):
+            integer(f"corpus.{key}", c[key], 0)
+        if c.greedy + c.sampled < 1:
+            _fail("corpus.greedy", c.greedy, "at least one training answer (greedy + sampled)")
+        integer("corpus.max_new_tokens", c.max_new_tokens, 1)
+        integer("corpus.seed", c.seed, 0, MAX_SEED - 2)
+        if integer("corpus.shard_size", c.shard_size, 32) % 32:
+            _fail("corpus.shard_size", c.shard_size, "a multiple of 32 (the answering batch)")
+        number("corpus.long_share", c.long_share, 0, 1)
+        if c.source != "toy":
+            for key in ("hub", "split", "image", "question"):
+                if not c[key]:
+                    _fail(f"corpus.{key}", c[key], f"a value for the datasets source {c.source!r}")
+            if "{question}" not in str(c.prompt):
+                _fail("corpus.prompt", c.prompt, "a template with {question}")
+        elif cfg.target.source != "toy":
+            _fail("corpus.source", c.source, "a datasets source for a pretrained target")
+    h = cfg.head
+    if h.source == "checkpoint" and not h.path:
+        _fail("head.path", h.path, "the folder of a trained head (head=checkpoint)")
+    if h.source != "train":
+        return
+    if h.get("train") is None:
+        _fail("head.train", None, "the training run of a trained head (conf/head/train.yaml)")
+    t = h.train
+    for key, low in (("block_size", 2), ("layers", 1), ("steps", 1), ("log_every", 1),
+                     ("eval_every", 1), ("save_every", 0)):  # fmt: skip
+        integer(f"head.train.{key}", t[key], low)
+    integer("head.train.seed", t.seed, 0, MAX_SEED)
+    number("head.train.lr", t.lr, 0, open_low=True)
+    for key, allowed in (("features", FEATURE_MODES), ("mask_span", MASK_SPANS)):
+        if t[key] not in allowed:
+            _fail(f"head.train.{key}", t[key], " or ".join(allowed))
 
 
 def auto_cost(cfg):

@@ -337,44 +337,68 @@ def toy_prompts(n: int, seed: int, long_share: float = 0.0, context: int = 0) ->
     return out
 
 
-def toy_corpus(
-    target,
-    processor,
+def toy_parts(
     *,
     greedy: int,
     sampled: int,
     seed: int,
-    max_new_tokens: int,
     long_share: float,
     context: int,
     heldout: int,
-):
-    """The heads' training data: ``(sequences, heldout_sequences, seconds)``.
+    **_,
+) -> list:
+    """The toy corpus's conversations (:class:`~glance.training.corpus.Part`):
+    ``greedy`` prompts answered greedily and ``sampled`` at temperature 1 (seeds
+    ``seed`` and ``seed + 1``), both for training, and ``heldout`` more from
+    ``seed + 2``, short and without filler, for the held-out loss curve."""
+    from glance.training.corpus import Part
 
-    The target's own answers to :func:`toy_prompts`: ``greedy`` greedy ones
-    and ``sampled`` at temperature 1; ``heldout`` more greedy answers from
-    another seed for the held-out loss curve. Every head trained on it (the
-    block head, the EAGLE-style head) sees the same sequences."""
+    def part(name, n, prompt_seed, temperature=0.0, share=long_share, ctx=context):
+        convs = toy_prompts(n, prompt_seed, share, ctx)
+        return Part(name, "toy", convs, range(n), temperature, prompt_seed)
+
+    parts = [part("train", greedy, seed)]
+    if sampled:
+        parts.append(part("train", sampled, seed + 1, temperature=1.0))
+    if heldout:
+        parts.append(part("heldout", heldout, seed + 2, share=0.0, ctx=0))
+    return parts
+
+
+def toy_answerer(target, processor, max_new_tokens: int):
+    """``answer(conversations, temperature, seed)`` for the toy target: its own
+    answers up to ``max_new_tokens``, ending at ``<|im_end|>``."""
     from glance.training.block import regenerate
 
     end = processor.tokenizer.convert_tokens_to_ids("<|im_end|>")
-    start = time.perf_counter()
 
-    def answers(n, prompt_seed, temperature=0.0, share=long_share, ctx=context):
+    def answer(conversations, temperature, seed):
         return regenerate(
             target,
             processor,
-            toy_prompts(n, prompt_seed, share, ctx),
+            conversations,
             max_new_tokens,
             temperature=temperature,
             stop_token_id=end,
-            seed=prompt_seed,
+            seed=seed,
+            progress=False,
         )
 
-    sequences = answers(greedy, seed)
-    probe = answers(heldout, seed + 2, share=0.0, ctx=0) if heldout else []
-    if sampled:
-        sequences += answers(sampled, seed + 1, temperature=1.0)
+    return answer
+
+
+def toy_corpus(target, processor, *, max_new_tokens: int, **recipe):
+    """The heads' training data in memory: ``(sequences, heldout_sequences, seconds)``,
+    the target's answers to :func:`toy_parts` (``recipe``), each part answered
+    in batches of 32 as ``stages.corpus`` does, so the answers are the same."""
+    start = time.perf_counter()
+    answer = toy_answerer(target, processor, max_new_tokens)
+    sequences, probe = [], []
+    for part in toy_parts(**recipe):
+        got = []
+        for b in range(0, len(part.conversations), 32):
+            got += answer(part.conversations[b : b + 32], part.temperature, part.seed + b)
+        (sequences if part.name == "train" else probe).extend(got)
     return sequences, probe, time.perf_counter() - start
 
 

@@ -28,15 +28,18 @@ The result saves with ``save_pretrained`` and loads with both
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import torch
 
 from glance.heads.block import context_features, default_layer_ids, lm_head, noise_embedding
 from glance.targets.vl import StreamPositions, text_config
-from glance.training.loop import deterministic, fit, lr_at, optimizer_step
+from glance.training.config import MASK_SPANS
+from glance.training.loop import deterministic, fit
 
 __all__ = [
     "HeadConfig",
@@ -45,15 +48,12 @@ __all__ = [
     "build_head",
     "block_logits",
     "head_loss",
-    "lr_at",
-    "optimizer_step",
+    "Rows",
+    "total_weight",
     "pack_blocks",
     "sequence_features",
     "train_head",
 ]
-
-
-MASK_SPANS = ("fixed", "variable")
 
 
 @dataclass(frozen=True)
@@ -249,13 +249,22 @@ def block_logits(head, target, rows, gamma: float, reveal: int = 0):
     return logits, torch.stack(labels).to(device), torch.stack(weights).to(device, torch.float32)
 
 
-def head_loss(head, target, rows, gamma: float, reveal: int = 0) -> torch.Tensor:
-    """Weighted cross-entropy of :func:`block_logits`, normalised by the total weight."""
+def head_loss(head, target, rows, gamma: float, reveal: int = 0, total=None) -> torch.Tensor:
+    """Weighted cross-entropy of :func:`block_logits`, normalised by the total
+    weight: the weights' sum over ``rows``, or ``total`` (a data-parallel
+    rank's share of a batch is normalised by the whole batch's weight)."""
     logits, labels, weights = block_logits(head, target, rows, gamma, reveal)
     nll = torch.nn.functional.cross_entropy(
         logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), reduction="none"
     )
-    return (nll * weights.reshape(-1)).sum() / weights.sum().clamp_min(1e-12)
+    norm = weights.sum() if total is None else total
+    return (nll * weights.reshape(-1)).sum() / norm.clamp_min(1e-12)
+
+
+def total_weight(rows, block_size: int, mask_token_id: int, gamma: float, reveal: int):
+    """The weight sum :func:`head_loss` normalises ``rows`` (``(ids, anchors)``) by."""
+    weights = [pack_blocks(ids, a, block_size, mask_token_id, gamma, reveal)[3] for ids, a in rows]
+    return torch.stack(weights).to(torch.float32).sum()
 
 
 def reveal_at(cfg: HeadConfig, longest: int, rng: np.random.Generator) -> int:
@@ -267,6 +276,37 @@ def reveal_at(cfg: HeadConfig, longest: int, rng: np.random.Generator) -> int:
     return int(min(rng.integers(1, cfg.block_size), max(0, longest - 1)))
 
 
+class Rows:
+    """Training rows held in memory: a list of :class:`Sequence` with the
+    interface of :class:`~glance.training.corpus.Corpus` (``len``,
+    ``sequence(i)``, ``lengths``, ``prompt_lens``). Sequences without an answer
+    token are dropped."""
+
+    def __init__(self, sequences):
+        self._rows = [s for s in sequences if s.input_ids.shape[0] - s.prompt_len >= 1]
+        self.lengths = np.array([s.input_ids.shape[0] for s in self._rows], dtype=np.int64)
+        self.prompt_lens = np.array([s.prompt_len for s in self._rows], dtype=np.int64)
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def sequence(self, i: int) -> Sequence:
+        return self._rows[int(i)]
+
+    def input_ids(self, i: int) -> torch.Tensor:
+        return self._rows[int(i)].input_ids
+
+    @property
+    def recipe(self) -> str:
+        """A digest of the rows' token ids: what their features are keyed by."""
+        import hashlib
+
+        h = hashlib.sha256()
+        for s in self._rows:
+            h.update(s.input_ids.numpy().tobytes() + b"|")
+        return h.hexdigest()
+
+
 def train_head(
     target,
     sequences,
@@ -276,15 +316,24 @@ def train_head(
     progress: bool = True,
     heldout=(),
     eval_every: int = 250,
+    features: str = "online",
+    work_dir=None,
+    files=None,
 ):
-    """Train a head on ``sequences`` (:class:`Sequence`, target-generated).
+    """Train a head on ``sequences``: a list of :class:`Sequence` (target-generated)
+    or a :class:`~glance.training.corpus.Corpus`.
 
-    Returns ``(head, log)``; the head is in eval mode. Context features are
-    computed once per sequence up front. Deterministic for a seed on one machine.
-    With ``heldout`` sequences, the log's ``heldout_curve`` holds ``[step,
-    loss]`` pairs every ``eval_every`` steps and at the end: the loss on fixed
-    blocks of sequences never trained on (all masks after the anchor), so a
-    reader can check that training converged.
+    Returns ``(head, log)``; the head is in eval mode. Context features come
+    from the frozen target (:mod:`glance.training.features`): ``"online"``
+    computes each batch's rows in the step, ``"offline"`` writes them once
+    under ``work_dir`` and streams them back; both give the same head.
+    Deterministic for a seed on one machine. With ``heldout`` sequences, the
+    log's ``heldout_curve`` holds ``[step, loss]`` pairs every ``eval_every``
+    steps and at the end: the loss on fixed blocks of sequences never trained
+    on (all masks after the anchor), so a reader can check that training
+    converged. ``files`` (:class:`~glance.training.loop.RunFiles`) adds
+    checkpoints (a rerun resumes) and dvclive metrics. Under
+    ``torch.distributed``, each rank computes its share of every batch.
     """
     with deterministic():
         return _train_head(
@@ -295,38 +344,56 @@ def train_head(
             progress=progress,
             heldout=heldout,
             eval_every=eval_every,
+            features=features,
+            work_dir=work_dir,
+            files=files,
         )
 
 
-def _train_head(target, sequences, mask_token_id, cfg, *, progress, heldout, eval_every):
-    from tqdm import tqdm
+def _train_head(
+    target, sequences, mask_token_id, cfg, *, progress, heldout, eval_every, features, work_dir,
+    files,
+):  # fmt: skip
+    from glance.training.features import features_for
+    from glance.training.loop import RunFiles, my_share
 
     target.requires_grad_(False)
     head = build_head(target, mask_token_id, cfg)
     gamma = cfg.gamma if cfg.gamma is not None else 7.0 * cfg.block_size / 16
     layer_ids = list(head.target_layer_ids)
     start = time.perf_counter()
-    data = [
-        (sequence_features(target, s, layer_ids).cpu(), s.input_ids, s.prompt_len)
-        for s in tqdm(sequences, desc="context features", disable=not progress)
-    ]
-    data = [d for d in data if d[1].shape[0] - d[2] >= 1]
-    if not data:
+    rows = sequences if hasattr(sequences, "sequence") else Rows(sequences)
+    if not len(rows):
         raise ValueError("train_head: no sequence has a response token")
-    probe = _heldout_rows(target, heldout, layer_ids, cfg)
-    response = np.array([ids.shape[0] - prompt_len for _, ids, prompt_len in data])
+    files = files or RunFiles()
+    key = json.dumps([files.key, rows.recipe, target.config.to_json_string()], sort_keys=True)
+    feats = features_for(
+        features, target, rows, layer_ids, work_dir and Path(work_dir) / "features", key, progress
+    )
+    probe_rows = heldout if hasattr(heldout, "sequence") else Rows(heldout)
+    probe = _heldout_rows(target, probe_rows, layer_ids, cfg)
+    response = rows.lengths - rows.prompt_lens
+    block = int(cfg.block_size)
 
     def batch_loss(rng: np.random.Generator) -> torch.Tensor:
         reveal = reveal_at(cfg, response.max(), rng)
         eligible = np.flatnonzero(response >= reveal + 1)  # room for a masked label
-        rows = []
+        drawn = []
         for i in eligible[rng.integers(len(eligible), size=cfg.rows)]:
-            feats, ids, prompt_len = data[int(i)]
-            anchors = sample_anchors(prompt_len, ids.shape[0], cfg.blocks_per_row, rng, reveal)
+            i = int(i)
+            anchors = sample_anchors(
+                int(rows.prompt_lens[i]), int(rows.lengths[i]), cfg.blocks_per_row, rng, reveal
+            )
             while len(anchors) < cfg.blocks_per_row:  # short responses: repeat anchors
                 anchors = sorted(anchors + anchors[: cfg.blocks_per_row - len(anchors)])
-            rows.append((feats, ids, anchors))
-        return head_loss(head, target, rows, gamma, reveal)
+            drawn.append((i, anchors))
+        share = my_share(len(drawn))
+        total = None
+        if len(share) < len(drawn):  # a rank's share: normalise by the whole batch
+            pairs = [(rows.input_ids(i), a) for i, a in drawn]
+            total = total_weight(pairs, block, mask_token_id, gamma, reveal)
+        batch = [(feats(i), rows.input_ids(i), a) for i, a in (drawn[j] for j in share)]
+        return head_loss(head, target, batch, gamma, reveal, total)
 
     log = fit(
         head,
@@ -338,20 +405,23 @@ def _train_head(target, sequences, mask_token_id, cfg, *, progress, heldout, eva
         eval_every=eval_every,
         progress=progress,
         feature_seconds=time.perf_counter() - start,
+        files=files,
+        tokens_per_step=cfg.rows * cfg.blocks_per_row * block,
     )
     return head, log
 
 
-def _heldout_rows(target, sequences, layer_ids, cfg: HeadConfig) -> list:
+def _heldout_rows(target, rows, layer_ids, cfg: HeadConfig) -> list:
     """Fixed evaluation rows: each held-out sequence with up to
     ``cfg.blocks_per_row`` anchors drawn from a generator of its own."""
     rng = np.random.default_rng([cfg.seed, 7])
-    rows = []
-    for s in sequences:
+    out = []
+    for i in range(len(rows)):
+        s = rows.sequence(i)
         anchors = sample_anchors(s.prompt_len, s.input_ids.shape[0], cfg.blocks_per_row, rng)
         if anchors:
-            rows.append((sequence_features(target, s, layer_ids).cpu(), s.input_ids, anchors))
-    return rows
+            out.append((sequence_features(target, s, layer_ids).cpu(), s.input_ids, anchors))
+    return out
 
 
 @torch.no_grad()

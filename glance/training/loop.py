@@ -14,11 +14,13 @@ import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
 
-__all__ = ["deterministic", "fit", "lr_at", "optimizer_step"]
+__all__ = ["RunFiles", "deterministic", "fit", "lr_at", "my_share", "optimizer_step", "world"]
 
 
 @contextmanager
@@ -54,6 +56,39 @@ def optimizer_step(optim, module, loss, lr: float, clip: float = 1.0) -> float:
     return float(loss.detach())
 
 
+@dataclass(frozen=True)
+class RunFiles:
+    """Where a training run keeps its state between steps.
+
+    ``checkpoint``: a folder for the run's checkpoint, written every
+    ``save_every`` steps (0: never) and read back when the same run starts
+    again; ``key`` says what run it is (the config, the corpus, the target), so
+    a checkpoint of another run is never resumed. ``live``: a folder for
+    dvclive's metrics (``dvc plots show``, ``dvc exp show``), or ``None``.
+    """
+
+    checkpoint: Path | None = None
+    save_every: int = 0
+    key: str = ""
+    live: Path | None = None
+    log_every: int = 25
+
+
+def world() -> tuple[int, int]:
+    """``(rank, size)`` of the ``torch.distributed`` group, ``(0, 1)`` without one."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def my_share(count: int) -> range:
+    """The contiguous share of ``count`` global batch rows this rank computes."""
+    rank, size = world()
+    return range(rank * count // size, (rank + 1) * count // size)
+
+
 def fit(
     head: torch.nn.Module,
     cfg,
@@ -65,6 +100,8 @@ def fit(
     eval_every: int,
     progress: bool,
     feature_seconds: float,
+    files: RunFiles = RunFiles(),
+    tokens_per_step: int = 0,
 ) -> dict:
     """Train ``head`` for ``cfg.steps`` steps and return the log.
 
@@ -74,9 +111,18 @@ def fit(
     ``eval_every`` steps and at the end, the mean ``row_loss`` over the fixed
     held-out rows ``probe`` is logged as ``[step, loss]`` in
     ``log["heldout_curve"]``. The head ends in eval mode with no gradients.
+
+    Under ``torch.distributed`` every rank draws the same global batch from the
+    same generator and ``batch_loss`` returns the loss of this rank's share
+    (:func:`my_share`), scaled so that the shares sum to the global batch's
+    loss; gradients are summed across ranks before each step, so the run does
+    not depend on the number of ranks beyond float rounding. Only rank 0 writes
+    checkpoints and metrics. ``files`` (:class:`RunFiles`) sets checkpoints and
+    dvclive; a run that finds its own checkpoint continues from it, bit for bit.
     """
     from tqdm import tqdm
 
+    rank, size = world()
     start = time.perf_counter()
     rng = np.random.default_rng(cfg.seed)
     torch.manual_seed(cfg.seed)
@@ -84,7 +130,13 @@ def fit(
     optim = torch.optim.AdamW(
         head.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.95)
     )
-    losses, curve = [], []
+    state = {"step": 0, "losses": [], "curve": [], "history": [], "seconds": 0.0}
+    if files.checkpoint is not None:
+        state = _resume(files, head, optim, rng) or state
+    losses, curve, history = state["losses"], state["curve"], state["history"]
+    live = _Live(files.live, history) if rank == 0 and files.live is not None else None
+    if live is not None:
+        live.logged_at = len(losses)
 
     def evaluate(step: int) -> None:
         if probe:
@@ -92,24 +144,182 @@ def fit(
             with torch.no_grad():
                 loss = float(np.mean([row_loss(r).item() for r in probe]))
             curve.append([step, loss])
+            if live is not None:
+                live.log(step, {"heldout/loss": loss})
             head.train()
 
-    bar = tqdm(range(cfg.steps), desc=desc, disable=not progress)
+    bar = tqdm(
+        range(state["step"], cfg.steps),
+        desc=desc,
+        disable=not progress or rank != 0,
+        initial=state["step"],
+        total=cfg.steps,
+    )
+    window = time.perf_counter()
     for step in bar:
-        losses.append(optimizer_step(optim, head, batch_loss(rng), lr_at(step, cfg)))
-        if step % 25 == 0:
-            bar.set_postfix(loss=f"{np.mean(losses[-25:]):.3f}")
+        lr = lr_at(step, cfg)
+        loss = batch_loss(rng)
+        if size > 1:
+            losses.append(_distributed_step(optim, head, loss, lr))
+        else:
+            losses.append(optimizer_step(optim, head, loss, lr))
+        if step % files.log_every == 0:
+            mean = float(np.mean(losses[-files.log_every :]))
+            bar.set_postfix(loss=f"{mean:.3f}")
+            if live is not None:
+                now = time.perf_counter()
+                rate = tokens_per_step * (len(losses) - live.logged_at) / max(now - window, 1e-9)
+                live.logged_at, window = len(losses), now
+                live.log(step, {"train/loss": mean, "train/lr": lr,
+                                "train/tokens_per_second": rate})  # fmt: skip
         if step % eval_every == 0:
             evaluate(step)
+        done = step + 1
+        if files.save_every and done % files.save_every == 0 and done < cfg.steps:
+            seconds = state["seconds"] + time.perf_counter() - start
+            _save(files, head, optim, rng, done, losses, curve, live, seconds)
     evaluate(cfg.steps)
     head.eval().requires_grad_(False)
+    if live is not None:
+        live.close()
     log = {
         "feature_seconds": feature_seconds,
-        "train_seconds": time.perf_counter() - start,
+        "train_seconds": state["seconds"] + time.perf_counter() - start,
         "steps": cfg.steps,
         "final_loss": float(np.mean(losses[-25:])),
         "parameters": sum(p.numel() for p in head.parameters()),
     }
+    if state["step"]:
+        log["resumed_from"] = state["step"]
     if curve:
         log["heldout_curve"] = curve
     return log
+
+
+def _distributed_step(optim, module, loss, lr: float, clip: float = 1.0) -> float:
+    """:func:`optimizer_step` with this rank's gradients summed over every rank
+    first; returns the global batch's loss."""
+    import torch.distributed as dist
+
+    for group in optim.param_groups:
+        group["lr"] = lr
+    optim.zero_grad(set_to_none=True)
+    loss.backward()
+    params = [p for p in module.parameters() if p.requires_grad]
+    for p in params:
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+    flat = torch.cat([p.grad.reshape(-1) for p in params] + [loss.detach().reshape(1)])
+    dist.all_reduce(flat)
+    at = 0
+    for p in params:
+        p.grad.copy_(flat[at : at + p.numel()].view_as(p.grad))
+        at += p.numel()
+    torch.nn.utils.clip_grad_norm_(module.parameters(), clip)
+    optim.step()
+    return float(flat[-1])
+
+
+class _Live:
+    """dvclive's logger, rebuilt from the run's history on a resume so that
+    its files hold each logged step once."""
+
+    def __init__(self, folder: Path, history: list):
+        from dvclive import Live
+
+        self.history = history
+        self.live = Live(str(folder), resume=False, report=None, save_dvc_exp=False, dvcyaml=False)
+        for step, values in history:
+            self._write(step, values)
+        self.logged_at = 0
+
+    def _write(self, step: int, values: dict) -> None:
+        self.live.step = step
+        for name, value in values.items():
+            self.live.log_metric(name, value)
+
+    def log(self, step: int, values: dict) -> None:
+        self.history.append([step, values])
+        self._write(step, values)
+
+    def close(self) -> None:
+        self.live.make_summary()
+        self.live.end()
+
+
+_STATE = "state.json"
+
+
+def _save(files, head, optim, rng, step, losses, curve, live, seconds) -> None:
+    """The run's checkpoint after ``step`` steps, swapped in as one set (rank 0)."""
+    import json
+
+    from safetensors.torch import save_file
+
+    from glance._io import atomic_write_text, replace_dir
+
+    if world()[0] != 0:
+        _barrier()
+        return
+
+    def fill(tmp: Path) -> None:
+        save_file({k: v.contiguous() for k, v in head.state_dict().items()},
+                  str(tmp / "model.safetensors"))  # fmt: skip
+        opt = optim.state_dict()
+        tensors = {"rng/torch": torch.get_rng_state()}
+        for pid, slots in opt["state"].items():
+            for name, value in slots.items():
+                tensors[f"optim/{pid}/{name}"] = value.contiguous()
+        save_file(tensors, str(tmp / "state.safetensors"))
+        record = {
+            "key": files.key,
+            "step": step,
+            "param_groups": opt["param_groups"],
+            "numpy_rng": rng.bit_generator.state,
+            "losses": losses,
+            "curve": curve,
+            "history": live.history if live is not None else [],
+            "seconds": seconds,
+        }
+        atomic_write_text(tmp / _STATE, json.dumps(record) + "\n")
+
+    replace_dir(files.checkpoint, fill, "head.train checkpoint")
+    _barrier()
+
+
+def _barrier() -> None:
+    import torch.distributed as dist
+
+    if world()[1] > 1:
+        dist.barrier()
+
+
+def _resume(files, head, optim, rng) -> dict | None:
+    """Load the run's checkpoint into ``head``, ``optim`` and ``rng``; ``None``
+    if there is none, or it belongs to another run (logged, then ignored)."""
+    import json
+    import logging
+
+    from safetensors.torch import load_file
+
+    folder = Path(files.checkpoint)
+    if not (folder / _STATE).is_file():
+        return None
+    record = json.loads((folder / _STATE).read_text(encoding="utf-8"))
+    if record.get("key") != files.key:
+        logging.getLogger("glance").warning(
+            "checkpoint %s is another run's (its key differs); starting afresh", folder
+        )
+        return None
+    head.load_state_dict(load_file(str(folder / "model.safetensors")), strict=True)
+    tensors = load_file(str(folder / "state.safetensors"))
+    slots: dict = {}
+    for name, value in tensors.items():
+        if name.startswith("optim/"):
+            _, pid, slot = name.split("/", 2)
+            slots.setdefault(int(pid), {})[slot] = value
+    optim.load_state_dict({"state": slots, "param_groups": record["param_groups"]})
+    torch.set_rng_state(tensors["rng/torch"])
+    rng.bit_generator.state = record["numpy_rng"]
+    logging.getLogger("glance").info("resuming %s from step %d", folder, record["step"])
+    return record

@@ -1,0 +1,190 @@
+"""The corpus and head stages' work: the config's corpus recipe answered by the
+target, and a block head trained on it, on one process or under ``torchrun``.
+
+Training is the library's (:mod:`glance.training`); this module only turns the
+built config into its calls. It is the one place that picks the toy world's
+prompts, so the trainer never imports the world.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import asdict
+from pathlib import Path
+
+log = logging.getLogger("glance")
+
+__all__ = [
+    "corpus_recipe",
+    "init_distributed",
+    "make_corpus",
+    "mask_token_id",
+    "target_dir",
+    "train_block_head",
+]
+
+
+def init_distributed(device: str) -> tuple[int, int, str]:
+    """Join the ``torchrun`` group when there is one: gloo on CPU, NCCL on GPU,
+    one GPU a rank. Returns ``(rank, size, device)``."""
+    size = int(os.environ.get("WORLD_SIZE", "1"))
+    if size <= 1:
+        return 0, 1, device
+    import torch
+    import torch.distributed as dist
+
+    if device.startswith("cuda"):
+        device = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
+        torch.cuda.set_device(device)
+    if not dist.is_initialized():
+        dist.init_process_group("nccl" if device.startswith("cuda") else "gloo")
+    return dist.get_rank(), size, device
+
+
+def target_dir(info: dict) -> Path:
+    """The folder of the target ``target.json`` records: a local checkpoint, or
+    the hub name's snapshot in the local cache."""
+    if info.get("local"):
+        return Path(info["path"])
+    from huggingface_hub import snapshot_download
+
+    return Path(
+        snapshot_download(info["path"], revision=info.get("revision"), local_files_only=True)
+    )
+
+
+def corpus_recipe(cfg, target_dir) -> dict:
+    """What decides the corpus's answers: the recipe and which target answers."""
+    from glance.training.corpus import target_identity
+
+    recipe = asdict(cfg.corpus)
+    recipe.pop("shard_size")  # how the answers are grouped, not what they are
+    return {"corpus": recipe, "target": target_identity(target_dir), "dtype": cfg.dtype}
+
+
+def _parts(cfg) -> list:
+    c = cfg.corpus
+    if c.source == "toy":
+        from glance.toy.world import toy_parts
+
+        return toy_parts(**asdict(c))
+    from glance.data.benchmarks import corpus_conversations
+    from glance.training.corpus import Part
+
+    rows = corpus_conversations(c)
+    parts, at = [], 0
+    for name, n, temperature, seed in (
+        ("train", c.greedy, 0.0, c.seed),
+        ("train", c.sampled, 1.0, c.seed + 1),
+        ("heldout", c.heldout, 0.0, c.seed + 2),
+    ):
+        if n:
+            span = range(at, at + n)
+            parts.append(Part(name, c.source, rows.select(span), span, temperature, seed))
+            at += n
+    return parts
+
+
+def make_corpus(cfg, target, processor, target_dir) -> dict:
+    """Answer the corpus recipe with ``target`` into ``paths.corpus``, resuming."""
+    from glance.training.block import regenerate
+    from glance.training.corpus import build_corpus
+
+    stop = None
+    if cfg.corpus.source == "toy":
+        stop = processor.tokenizer.convert_tokens_to_ids("<|im_end|>")
+
+    def answer(conversations, temperature, seed):
+        return regenerate(
+            target,
+            processor,
+            conversations,
+            cfg.corpus.max_new_tokens,
+            temperature=temperature,
+            stop_token_id=stop,
+            seed=seed,
+            progress=False,
+        )
+
+    recipe = corpus_recipe(cfg, target_dir)
+    return build_corpus(
+        cfg.paths.corpus, _parts(cfg), answer, recipe, shard_size=cfg.corpus.shard_size
+    )
+
+
+def mask_token_id(processor, target) -> int:
+    """The id a block head fills its masked offsets with: the tokenizer's
+    ``<|mask|>`` if it has one; else the first embedding row past the
+    tokenizer (Qwen pads its embedding, as z-lab's heads use); else padding."""
+    from glance.targets.vl import text_config
+
+    tok = processor.tokenizer
+    mask = tok.convert_tokens_to_ids("<|mask|>")
+    if isinstance(mask, int) and mask != tok.unk_token_id and mask is not None:
+        return mask
+    if len(tok) < text_config(target).vocab_size:
+        return len(tok)
+    return int(tok.pad_token_id)
+
+
+def train_block_head(cfg, target, processor, target_dir, out: Path | None) -> dict:
+    """Train ``head.train`` on the corpus; rank 0 saves the head to ``out``.
+
+    Checkpoints and offline features go to ``<paths.checkpoints>/head``, the
+    dvclive metrics to ``<paths.results>/train/head``. The corpus must have
+    been answered by this very target (its recipe records the target's hash).
+    """
+    import shutil
+
+    from glance.targets.vl import text_config
+    from glance.training.block import HeadConfig, train_head
+    from glance.training.corpus import Corpus, CorpusError
+    from glance.training.loop import RunFiles, world
+
+    t = cfg.head.train
+    folder, vocab = Path(cfg.paths.corpus), text_config(target).vocab_size
+    train = Corpus(folder, "train", processor=processor, vocab_size=vocab)
+    recipe = corpus_recipe(cfg, target_dir)
+    if train.recipe != recipe:
+        raise CorpusError(
+            f"corpus {folder}: made by another recipe or target than this config's "
+            f"(its corpus.json records {json.dumps(train.recipe)[:200]}); run stages.corpus"
+        )
+    heldout = []
+    if json.loads((folder / "corpus.json").read_text())["rows"]["heldout"]:
+        heldout = Corpus(folder, "heldout", processor=processor, vocab_size=vocab)
+    head_cfg = HeadConfig(
+        block_size=t.block_size,
+        layers=t.layers,
+        steps=t.steps,
+        seed=t.seed,
+        lr=t.lr,
+        mask_span=t.mask_span,
+    )
+    work = Path(cfg.paths.checkpoints) / "head"
+    key = json.dumps({"recipe": recipe, "train": asdict(t)}, sort_keys=True)
+    files = RunFiles(
+        checkpoint=work / "checkpoint",
+        save_every=t.save_every,
+        key=key,
+        live=Path(cfg.paths.results) / "train" / "head",
+        log_every=t.log_every,
+    )
+    mask = mask_token_id(processor, target)
+    head, train_log = train_head(
+        target,
+        train,
+        mask,
+        head_cfg,
+        heldout=heldout,
+        eval_every=t.eval_every,
+        features=t.features,
+        work_dir=work,
+        files=files,
+    )
+    if world()[0] == 0 and out is not None:
+        head.save_pretrained(out)
+        shutil.rmtree(work, ignore_errors=True)  # finished: nothing to resume
+    return train_log | {"sequences": len(train), "features": t.features, "ranks": world()[1]}

@@ -1,0 +1,34 @@
+"""The training corpus: the target answers the corpus recipe (``conf/corpus/``).
+
+    python -m stages.corpus                                   # the toy world's
+    python -m stages.corpus target=qwen3_vl_8b corpus=cauldron_localized_narratives device=cuda
+
+Writes ``paths.corpus`` as ``datasets`` Arrow shards (see
+:mod:`glance.training.corpus`), one shard at a time: a killed run started
+again continues after its last finished shard, and a shard made by another
+target or recipe is made again, never reused.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from glance.pipeline.app import app, load_target, log, setup
+from glance.pipeline.files import read_json
+
+
+@app
+def main(cfg) -> None:
+    from glance.pipeline.training import make_corpus, target_dir
+
+    setup(cfg)
+    info = read_json(Path(cfg.paths.target) / "target.json", "run the target stage first")
+    if cfg.corpus.source == "toy" and info["source"] != "toy":
+        raise SystemExit("corpus.source: toy prompts need the toy target; pick a datasets corpus")
+    target, processor = load_target(cfg)
+    index = make_corpus(cfg, target, processor, target_dir(info))
+    log.info("corpus %s: %s answers", cfg.corpus.name, index["rows"])
+
+
+if __name__ == "__main__":
+    main()
