@@ -2,7 +2,8 @@
 
 The tree, the draftability law and the metric conventions need numpy and scipy
 only. The decoding entry points (``generate``, ``greedy_generate``,
-``chain_generate``, ``load_block_head``) import torch on first use.
+``chain_generate``, ``load_block_head``, ``export_head``) import torch on
+first use.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ __all__ = [
     "build_budget_tree",
     "chain_generate",
     "children_of",
+    "export_head",
     "generate",
     "greedy_generate",
     "load_block_head",
@@ -31,6 +33,7 @@ _LAZY = {
     "greedy_generate": "glance.decoding.loop",
     "chain_generate": "glance.decoding.loop",
     "load_block_head": "glance.heads.block",
+    "export_head": "glance.heads.export",
 }
 
 

@@ -97,33 +97,30 @@ def test_stages_refuse_bad_config_before_any_model_loads(stage, monkeypatch):
 
 @pytest.mark.parametrize("stage", ["decode", "sweep", "audit", "bench", "arms"])
 def test_stages_read_their_task_files_before_any_model_loads(stage, monkeypatch, tmp_path):
-    """A missing task file is named before the target loads (five seconds here)."""
+    """A missing task file is named before the target loads."""
     import importlib
 
     import glance.pipeline.app
     import glance.targets.vl
 
     def slow_load(*args, **kwargs):
-        time.sleep(5)
         raise AssertionError("the stage loaded a model before reading its task files")
 
     monkeypatch.setattr(glance.pipeline.app, "load_target", slow_load)
     monkeypatch.setattr(glance.targets.vl, "load_target", slow_load)
     main = importlib.import_module(f"stages.{stage}").main
     cfg = _cfg(f"paths.data={tmp_path / 'data'}", f"paths.results={tmp_path / 'results'}")
-    start = time.perf_counter()
     with pytest.raises(FileNotFoundError, match=f"^{tmp_path / 'data'}/.*: missing task file"):
         main(cfg)
-    assert time.perf_counter() - start < 1.0
 
 
 def test_the_built_config_holds_the_librarys_own_objects():
-    from glance.pipeline.config import Config, build
-    from glance.toy.config import EagleWindows, HeadTrain, TargetSize, TrainConfig
+    from glance.pipeline.config import Config, CorpusConfig, TrainRun, build
+    from glance.toy.config import EagleWindows, TargetSize, TrainConfig
 
     cfg = build(_cfg())
     assert isinstance(cfg, Config)
-    assert isinstance(cfg.head.train, HeadTrain) and cfg.head.train.steps == 6000
+    assert isinstance(cfg.head.train, TrainRun) and cfg.head.train.steps == 6000
     assert isinstance(cfg.target.size, TargetSize) and isinstance(cfg.target.train, TrainConfig)
     assert cfg.target.train.phases == 2 and list(cfg.target.train.task_weights)[0] == 0.2
     assert (
@@ -132,7 +129,7 @@ def test_the_built_config_holds_the_librarys_own_objects():
     assert isinstance(cfg.arms.train, EagleWindows) and cfg.arms.train.ttt == 7
     assert cfg.task.name == "docvqa" and cfg.task.max_new_tokens > 0
     # the corpus the block and EAGLE-style heads share comes from one block
-    assert cfg.head.train.corpus()["greedy"] == 800
+    assert isinstance(cfg.corpus, CorpusConfig) and cfg.corpus.greedy == 800
     assert build(_cfg("head=checkpoint", "head.path=x")).head.train is None
 
 

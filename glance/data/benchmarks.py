@@ -238,7 +238,7 @@ class Conversations:
 
 
 def corpus_conversations(c) -> Conversations:
-    """The rows a corpus recipe (:class:`~glance.training.config.CorpusConfig`)
+    """The rows a corpus recipe (:class:`~glance.pipeline.config.CorpusConfig`)
     answers, as conversations: the first ``greedy + sampled + heldout`` rows of
     the split. Errors name the source and the missing column."""
     import datasets

@@ -30,8 +30,8 @@ def output_dir(cfg, task) -> Path:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
-    hc = HydraConfig.get()
-    if hc.mode == RunMode.MULTIRUN:
+    hc = HydraConfig.get() if HydraConfig.initialized() else None  # None: called directly
+    if hc is not None and hc.mode == RunMode.MULTIRUN:
         return sweep_folder(Path(cfg.paths.results) / "sweeps" / task.name, hc.job.override_dirname)
     return Path(cfg.paths.results) / "decode" / task.name
 

@@ -2,8 +2,8 @@
 
 The schema is :class:`Config`, whose blocks are the library's own dataclasses
 where the library has one (the toy world's :class:`~glance.toy.config.TargetSize`,
-:class:`~glance.toy.config.TrainConfig`, :class:`~glance.toy.config.HeadTrain`
-and :class:`~glance.toy.config.EagleWindows`). :func:`build` merges the composed
+:class:`~glance.toy.config.TrainConfig` and :class:`~glance.toy.config.EagleWindows`,
+and head training's :class:`CorpusConfig` and :class:`TrainRun`). :func:`build` merges the composed
 config into it (OmegaConf structured configs: ``conf/`` and ``params.yaml`` stay
 plain YAML that DVC composes without importing us), checks the ranges types
 cannot say (:func:`check_ranges`), and returns the built :class:`Config`
@@ -23,7 +23,6 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from glance.toy.config import EagleWindows, TargetSize, TrainConfig
-from glance.training.config import FEATURE_MODES, MASK_SPANS, CorpusConfig, TrainRun
 
 #: the largest verify budget a stage accepts: the tree search is best-first over
 #: ``budget`` nodes, and past this the verify pass is never worth its cost
@@ -38,6 +37,72 @@ MIN_PROMPTS = 2
 MAX_THREADS = 256
 #: seeds are numpy's and torch's: unsigned 32-bit
 MAX_SEED = 2**32 - 1
+
+
+@dataclass(frozen=True)
+class CorpusConfig:
+    """What the target answers to make the training corpus (``conf/corpus/``).
+
+    ``source``: ``toy`` (the built-in world's prompts), or a ``datasets``
+    source as ``prepare.source`` takes it (``hf``, ``hf:<name>``, or a local
+    parquet, arrow or ``save_to_disk`` path) read through the mapping's
+    ``hub``, ``config``, ``split`` and ``columns`` (``image``, ``question``).
+    ``greedy`` conversations are answered greedily and ``sampled`` more at
+    temperature 1; ``heldout`` further ones, greedily, make the held-out loss.
+    Each answer stops at ``max_new_tokens``. ``shard_size`` conversations make
+    a shard, the unit a killed run resumes from.
+
+    Toy only: ``long_share`` of the prompts are longform and as many carry up
+    to ``context`` filler tokens. Datasets only: the question is the column's
+    text, or a conversation's first user turn, put in ``prompt`` as
+    ``{question}``.
+    """
+
+    name: str
+    source: str
+    greedy: int
+    sampled: int
+    heldout: int
+    max_new_tokens: int
+    seed: int
+    shard_size: int
+    long_share: float = 0.0
+    context: int = 0
+    hub: str | None = None
+    config: str | None = None
+    split: str | None = None
+    revision: str | None = None
+    image: str | None = None
+    question: str | None = None
+    prompt: str = "{question}"
+
+
+@dataclass(frozen=True)
+class TrainRun:
+    """A block head's shape and training run (``head.train``).
+
+    ``features``: ``online`` (the frozen target runs inside each step; memory
+    bounded by the batch) or ``offline`` (features written once to disk and
+    streamed). Every ``save_every`` steps the run checkpoints; a killed run
+    started again resumes from its last checkpoint. ``log_every`` steps go to
+    dvclive; ``eval_every`` steps add a point to the held-out loss curve.
+    """
+
+    block_size: int
+    layers: int
+    steps: int
+    mask_span: str
+    lr: float
+    seed: int
+    features: str
+    save_every: int
+    log_every: int
+    eval_every: int
+
+
+#: head training's feature modes (:mod:`glance.training.features`) and mask spans
+FEATURE_MODES = ("online", "offline")
+MASK_SPANS = ("fixed", "variable")
 
 
 @dataclass
@@ -398,8 +463,6 @@ def check_training(cfg) -> None:
                     _fail(f"corpus.{key}", c[key], f"a value for the datasets source {c.source!r}")
             if "{question}" not in str(c.prompt):
                 _fail("corpus.prompt", c.prompt, "a template with {question}")
-        elif cfg.target.source != "toy":
-            _fail("corpus.source", c.source, "a datasets source for a pretrained target")
     h = cfg.head
     if h.source == "checkpoint" and not h.path:
         _fail("head.path", h.path, "the folder of a trained head (head=checkpoint)")

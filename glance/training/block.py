@@ -36,9 +36,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from glance.heads.block import context_features, default_layer_ids, lm_head, noise_embedding
+from glance.heads.block import default_layer_ids, lm_head, noise_embedding
 from glance.targets.vl import StreamPositions, text_config
-from glance.training.config import MASK_SPANS
+from glance.training.features import sequence_features
 from glance.training.loop import deterministic, fit
 
 __all__ = [
@@ -54,6 +54,9 @@ __all__ = [
     "sequence_features",
     "train_head",
 ]
+
+
+MASK_SPANS = ("fixed", "variable")
 
 
 @dataclass(frozen=True)
@@ -134,15 +137,6 @@ def build_head(target, mask_token_id: int, cfg: HeadConfig = HeadConfig()):
 def _rope_theta(text) -> float:
     params = getattr(text, "rope_parameters", None) or {}
     return float(params.get("rope_theta", getattr(text, "rope_theta", 10000.0)))
-
-
-@torch.no_grad()
-def sequence_features(target, seq: Sequence, layer_ids) -> torch.Tensor:
-    """``(L, len(layer_ids) * hidden)``: one no-grad target pass over ``seq``."""
-    ids = seq.input_ids[None].to(target.device)
-    kwargs, _ = seq.positions.prefill(target, ids)
-    out = target(input_ids=ids, output_hidden_states=True, use_cache=False, **kwargs)
-    return context_features(out.hidden_states, layer_ids)[0]
 
 
 def sample_anchors(
@@ -367,8 +361,9 @@ def _train_head(
         raise ValueError("train_head: no sequence has a response token")
     files = files or RunFiles()
     key = json.dumps([files.key, rows.recipe, target.config.to_json_string()], sort_keys=True)
+    folder = work_dir and Path(work_dir) / "features"
     feats = features_for(
-        features, target, rows, layer_ids, work_dir and Path(work_dir) / "features", key, progress
+        features, target, rows, layer_ids, folder=folder, key=key, progress=progress
     )
     probe_rows = heldout if hasattr(heldout, "sequence") else Rows(heldout)
     probe = _heldout_rows(target, probe_rows, layer_ids, cfg)

@@ -128,12 +128,16 @@ def train_eagle_head(
 
     Returns ``(head, log)`` with the head in eval mode; deterministic for a
     seed on one machine. With ``heldout`` sequences, ``log["heldout_curve"]``
-    holds ``[step, loss]`` pairs on fixed windows never trained on.
+    holds ``[step, loss]`` pairs on fixed windows never trained on. Trains in
+    one process: under ``torch.distributed`` it refuses to start.
     """
     from tqdm import tqdm
 
-    from glance.training.block import sequence_features
+    from glance.training.features import sequence_features
+    from glance.training.loop import world
 
+    if world()[1] > 1:
+        raise RuntimeError("train_eagle_head trains in one process; run it without torchrun")
     with deterministic():
         target.requires_grad_(False)
         head = build_eagle_head(target, cfg.layer_ids, cfg.seed)

@@ -24,10 +24,29 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from glance.training.config import FEATURE_MODES
 from glance.training.loop import world
 
-__all__ = ["FEATURE_MODES", "OfflineFeatures", "OnlineFeatures", "features_for"]
+__all__ = [
+    "FEATURE_MODES",
+    "OfflineFeatures",
+    "OnlineFeatures",
+    "features_for",
+    "sequence_features",
+]
+
+FEATURE_MODES = ("online", "offline")
+
+
+@torch.no_grad()
+def sequence_features(target, seq, layer_ids) -> torch.Tensor:
+    """``(L, len(layer_ids) * hidden)``: one no-grad target pass over ``seq``
+    (a :class:`~glance.training.block.Sequence`)."""
+    from glance.heads.block import context_features
+
+    ids = seq.input_ids[None].to(target.device)
+    kwargs, _ = seq.positions.prefill(target, ids)
+    out = target(input_ids=ids, output_hidden_states=True, use_cache=False, **kwargs)
+    return context_features(out.hidden_states, layer_ids)[0]
 
 
 class OnlineFeatures:
@@ -37,8 +56,6 @@ class OnlineFeatures:
         self.target, self.rows, self.layer_ids = target, rows, list(layer_ids)
 
     def __call__(self, i: int) -> torch.Tensor:
-        from glance.training.block import sequence_features
-
         return sequence_features(self.target, self.rows.sequence(i), self.layer_ids).cpu()
 
 
@@ -55,7 +72,6 @@ class OfflineFeatures:
         from tqdm import tqdm
 
         from glance._io import atomic_write_text
-        from glance.training.block import sequence_features
 
         self.folder = Path(folder)
         self.layer_ids = list(layer_ids)
@@ -102,7 +118,7 @@ class OfflineFeatures:
             os.close(fd)
 
 
-def features_for(mode: str, target, rows, layer_ids, folder=None, key: str = "", progress=False):
+def features_for(mode: str, target, rows, layer_ids, *, folder=None, key: str = "", progress=False):
     """The feature source ``mode`` names (:data:`FEATURE_MODES`)."""
     if mode == "online":
         return OnlineFeatures(target, rows, layer_ids)

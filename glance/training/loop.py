@@ -177,7 +177,8 @@ def fit(
         done = step + 1
         if files.save_every and done % files.save_every == 0 and done < cfg.steps:
             seconds = state["seconds"] + time.perf_counter() - start
-            _save(files, head, optim, rng, done, losses, curve, live, seconds)
+            progress_made = {"step": done, "losses": losses, "curve": curve, "seconds": seconds}
+            _save(files, (head, optim, rng), progress_made, live)
     evaluate(cfg.steps)
     head.eval().requires_grad_(False)
     if live is not None:
@@ -250,14 +251,17 @@ class _Live:
 _STATE = "state.json"
 
 
-def _save(files, head, optim, rng, step, losses, curve, live, seconds) -> None:
-    """The run's checkpoint after ``step`` steps, swapped in as one set (rank 0)."""
+def _save(files, trained, done: dict, live) -> None:
+    """The run's checkpoint, swapped in as one set (rank 0): the ``(head,
+    optimizer, generator)`` in ``trained`` and ``done``'s step, losses, curve
+    and seconds."""
     import json
 
     from safetensors.torch import save_file
 
     from glance._io import atomic_write_text, replace_dir
 
+    head, optim, rng = trained
     if world()[0] != 0:
         _barrier()
         return
@@ -273,13 +277,10 @@ def _save(files, head, optim, rng, step, losses, curve, live, seconds) -> None:
         save_file(tensors, str(tmp / "state.safetensors"))
         record = {
             "key": files.key,
-            "step": step,
             "param_groups": opt["param_groups"],
             "numpy_rng": rng.bit_generator.state,
-            "losses": losses,
-            "curve": curve,
             "history": live.history if live is not None else [],
-            "seconds": seconds,
+            **done,
         }
         atomic_write_text(tmp / _STATE, json.dumps(record) + "\n")
 
