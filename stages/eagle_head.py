@@ -2,13 +2,13 @@
 
     dvc repro stages/arms/dvc.yaml     # this stage, then stages.arms
 
-The head (``glance.heads.eagle``) trains on the same regenerated answers as the toy
-block head (``head.train``: the same greedy and sampled prompts, seeds,
-steps, learning rate and batch of ``arms.train.rows`` sequences), with
-EAGLE-3's training-time test (``arms.train.ttt`` steps over windows of
-``arms.train.window`` anchors). Writes the head to ``arms.path`` with
-``eagle.json`` beside it: its shape and the training log, with the held-out
-loss curve.
+The head (``glance.heads.eagle``) trains on the corpus stage's answers
+(``paths.corpus``: the same greedy and sampled answers as the block head), with
+the block head's steps, learning rate and seed (``head.train``), a batch of
+``arms.train.rows`` sequences, and EAGLE-3's training-time test
+(``arms.train.ttt`` steps over windows of ``arms.train.window`` anchors).
+Writes the head to ``arms.path`` with ``eagle.json`` beside it: its shape and
+the training log, with the held-out loss curve.
 """
 
 from __future__ import annotations
@@ -16,33 +16,39 @@ from __future__ import annotations
 from pathlib import Path
 
 from glance.pipeline.app import app, load_target, log, numerics_record, setup
-from glance.pipeline.files import read_json, write_json, write_timing
+from glance.pipeline.files import write_json, write_timing
 
 
 @app
 def main(cfg) -> None:
+    import torch
+
+    from glance._io import replace_dir
     from glance.heads.eagle import load_eagle_head
-    from glance.toy.world import eagle_train, train_toy_eagle_head
+    from glance.toy.world import eagle_train
+    from glance.training.corpus import Corpus
+    from glance.training.eagle import EagleTrainConfig, train_eagle_head
 
     setup(cfg)
-    info = read_json(Path(cfg.paths.target) / "target.json", "run the target stage first")
-    if info["source"] != "toy" or cfg.head.source != "toy":
-        raise SystemExit("stages.eagle_head trains on the toy target's corpus only")
-    h, out = cfg.head.train, Path(cfg.arms.path)
-    train_log = train_toy_eagle_head(info["path"], out, h, cfg.arms.train)
-    target, _ = load_target(cfg)
+    if cfg.head.source != "train":
+        raise SystemExit("stages.eagle_head trains on the block head's corpus: head=train")
+    out, settings = Path(cfg.arms.path), eagle_train(cfg.head.train, cfg.arms.train)
+    torch.manual_seed(cfg.head.train.seed)
+    target, processor = load_target(cfg)
+    rows = {p: Corpus(cfg.paths.corpus, p, processor=processor) for p in ("train", "heldout")}
+    train, heldout = ([c.sequence(i) for i in range(len(c))] for c in rows.values())
+    head, train_log = train_eagle_head(target, train, EagleTrainConfig(**settings), heldout=heldout)
+    replace_dir(out, head.save_pretrained)
     head = load_eagle_head(out, target=target)  # raises if it does not fit
+    train_log["sequences"] = len(train)
     write_json(
         out / "eagle.json",
         {
             "path": str(out),
             "target_layer_ids": head.target_layer_ids,
             "parameters": sum(p.numel() for p in head.parameters()),
-            "corpus": h.corpus(),
-            "train": {
-                **eagle_train(h, cfg.arms.train),
-                **write_timing(cfg, "eagle_head", train_log),
-            },
+            "corpus": rows["train"].recipe["corpus"],
+            "train": {**settings, **write_timing(cfg, "eagle_head", train_log)},
             "numerics": numerics_record(cfg),
         },
     )

@@ -10,7 +10,7 @@ import pytest
 from glance.testing import device_check
 
 
-def test_the_reduced_check_runs_and_writes_both_tables(tmp_path, capsys):
+def test_the_reduced_check_runs_and_writes_its_three_tables(tmp_path, capsys):
     result = device_check.main(["--reduced", "--device", "cpu", "--out", str(tmp_path)])
     lossless = json.loads((tmp_path / "lossless.json").read_text())
     cost = json.loads((tmp_path / "verify_cost.json").read_text())
@@ -26,6 +26,10 @@ def test_the_reduced_check_runs_and_writes_both_tables(tmp_path, capsys):
     assert result["verify_cost"]["sizes"] == cost["sizes"]
     printed = capsys.readouterr().out
     assert "| float32/qwen3_vl | 2 | 2 |" in printed and "| tree size | ms |" in printed
+    training = json.loads((tmp_path / "train_cost.json").read_text())
+    assert training["steps"] == 2 and training["tokens_per_second"] > 0
+    assert training["head_parameters"] > 0 and training["peak_gib"] is None  # CPU: no GPU peak
+    assert "head training, float32, 2 rows of 64 tokens:" in printed
 
 
 def test_the_full_check_refuses_to_run_without_cuda(tmp_path):

@@ -1,6 +1,7 @@
-"""Heads from where users get them: z-lab's DFlash releases and vLLM
-``speculators`` checkpoints load into the same ``DFlashDraftModel`` as
-GLANCE's own save, bit for bit at float32, and decode losslessly."""
+"""Heads from where users get them, and back: :func:`glance.export_head` writes
+z-lab's DFlash layout and vLLM ``speculators``' DFlash layout, and both load
+into the same ``DFlashDraftModel`` as GLANCE's own save, bit for bit at
+float32, and decode losslessly."""
 
 from __future__ import annotations
 
@@ -28,64 +29,15 @@ def _config(path) -> dict:
 
 
 def _zlab(native_path, out):
-    """Rewritten as z-lab ships it: block_size at the top level (older
-    releases), ``auto_map`` to its remote code, bf16-era keys, and no
-    ``num_target_layers`` where ``drop_layers``."""
-    from safetensors.torch import load_file
-
-    data = _config(native_path)
-    dflash = dict(data.pop("dflash_config"))
-    data["block_size"] = dflash.pop("block_size")
-    data["dflash_config"] = {k: dflash[k] for k in ("mask_token_id", "target_layer_ids")}
-    data["auto_map"] = {"AutoModel": "dflash.DFlashDraftModel"}
-    data["architectures"] = ["DFlashDraftModel"]
-    out.mkdir()
-    (out / "config.json").write_text(json.dumps(data))
-    save_file(load_file(str(native_path / "model.safetensors")), str(out / "model.safetensors"))
-    return out
+    """Written as z-lab ships it (:func:`glance.export_head`, ``layout="zlab"``)."""
+    return glance.export_head(glance.load_block_head(native_path), out, "zlab")
 
 
 def _speculators(native_path, target, out, fused: bool):
-    """Rewritten as ``speculators`` saves a DFlash head: the draft layers in
-    ``transformer_layer_config``, hidden-state indices one above dflash's layer
-    ids, the target's embedding and LM head saved beside, q/k/v optionally fused."""
-    from safetensors.torch import load_file
-
-    data = _config(native_path)
-    dflash = data.pop("dflash_config")
-    for key in ("architectures", "num_target_layers", "auto_map"):
-        data.pop(key, None)
-    config = {
-        "speculators_model_type": "dflash",
-        "architectures": ["DFlashSpeculator"],
-        "transformer_layer_config": data,
-        "draft_vocab_size": data["vocab_size"],
-        "block_size": dflash["block_size"],
-        "target_hidden_size": None,
-        "aux_hidden_state_layer_ids": [i + 1 for i in dflash["target_layer_ids"]],
-        "mask_token_id": dflash["mask_token_id"],
-        "sliding_window_non_causal": False,
-        "sample_from_anchor": False,
-        "speculators_config": {
-            "algorithm": "dflash",
-            "proposal_methods": [{"proposal_type": "greedy",
-                                  "speculative_tokens": dflash["block_size"] - 1}],
-            "default_proposal_method": "greedy",
-            "verifier": {"name_or_path": "local", "architectures": [type(target).__name__]},
-        },
-    }  # fmt: skip
-    state = load_file(str(native_path / "model.safetensors"))
-    state["embed_tokens.weight"] = target.get_input_embeddings().weight.detach().clone()
-    state["lm_head.weight"] = target.lm_head.weight.detach().clone()
-    if fused:
-        for key in [k for k in state if k.endswith(".self_attn.q_proj.weight")]:
-            stem = key[: -len(".q_proj.weight")]
-            parts = [state.pop(f"{stem}.{n}_proj.weight") for n in "qkv"]
-            state[f"{stem}.qkv_proj.weight"] = torch.cat(parts)
-    out.mkdir()
-    (out / "config.json").write_text(json.dumps(config))
-    save_file(state, str(out / "model.safetensors"))
-    return out
+    """Written as ``speculators`` saves a DFlash head, the target's embedding and
+    LM head beside it, q/k/v optionally fused (:func:`glance.export_head`)."""
+    head = glance.load_block_head(native_path, target=target)
+    return glance.export_head(head, out, "speculators", target=target, fused_qkv=fused)
 
 
 def _same_weights(a, b):
