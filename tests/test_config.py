@@ -41,6 +41,14 @@ BAD = [
     ("target.auto_cost.draft_ms=nan", "target.auto_cost.draft_ms", "nan"),
     ("target.source=hub", "target.source", "hub"),
     ("head.source=hub", "head.source", "hub"),
+    ("head.train.features=cached", "head.train.features", "cached"),
+    ("head.train.mask_span=open", "head.train.mask_span", "open"),
+    ("head.train.save_every=-1", "head.train.save_every", "-1"),
+    ("head.train.lr=0", "head.train.lr", "0"),
+    ("corpus.shard_size=100", "corpus.shard_size", "100"),
+    ("corpus.greedy=-3", "corpus.greedy", "-3"),
+    ("corpus.long_share=1.5", "corpus.long_share", "1.5"),
+    ("corpus.source=hf", "corpus.hub", "None"),
 ]
 
 
@@ -52,6 +60,8 @@ def test_defaults_and_every_target_pass():
     check_config(_cfg())
     for target in ("qwen3_vl_8b", "qwen2_5_vl_7b"):
         check_config(_cfg(f"target={target}"))
+        check_config(_cfg(f"target={target}", "head=train", "corpus=cauldron_vqav2"))
+        check_config(_cfg(f"target={target}", "corpus=cauldron_localized_narratives"))
     check_config(_cfg("budget=auto", "sweep.budgets=[1,auto]"))
 
 

@@ -168,3 +168,75 @@ def test_a_hub_layout_checkpoint_runs_through_the_stages(tmp_path, kind, group):
     audit = json.loads((work / "results" / "audit.json").read_text())
     assert audit["mismatch"] == 0 and audit["equal"] == 2
     assert {"glance", "glance@N=1", "glance@N=15", "glance@0.7"} <= set(audit["rows"])
+
+
+def _instructions(path: Path, n: int) -> Path:
+    """An image-instruction set laid out as The Cauldron's: ``images`` a list,
+    ``texts`` turns of ``{user, assistant, source}``; saved with ``save_to_disk``."""
+    from PIL import Image
+
+    def png(i):
+        buf = io.BytesIO()
+        Image.new("RGB", (32, 32 + 16 * (i % 2)), (90, 30 * i % 255, 60)).save(buf, "PNG")
+        return {"bytes": buf.getvalue(), "path": None}
+
+    F, V, L = datasets.Features, datasets.Value, datasets.List
+    turn = {"user": V("string"), "assistant": V("string"), "source": V("string")}
+    ds = datasets.Dataset.from_dict(
+        {
+            "images": [[png(i)] for i in range(n)],
+            "texts": [[{"user": f"describe picture {i}", "assistant": "-", "source": "t"}]
+                      for i in range(n)],
+        },
+        features=F(images=L(datasets.Image()), texts=L(turn)),
+    )  # fmt: skip
+    ds.save_to_disk(str(path))
+    return path
+
+
+TRAINED = [("qwen3_vl", "qwen3_vl_8b", "offline"), ("qwen2_5_vl", "qwen2_5_vl_7b", "online")]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("kind", "group", "features"), TRAINED)
+def test_a_hub_layout_target_trains_its_own_head(tmp_path, kind, group, features):
+    """``head=train`` for a real target: the corpus stage answers an
+    image-instruction set with the target, the head stage trains on it, and
+    the trained head decodes and audits losslessly."""
+    snapshot = tmp_path / "snapshot"
+    _snapshot(kind, snapshot)
+    source = _docvqa(tmp_path / "validation.parquet", 4)
+    instructions = _instructions(tmp_path / "instructions", 24)
+    work = tmp_path / "work"
+    work.mkdir()
+    common = [
+        f"target={group}", f"target.path={snapshot}", "target.dtype=float32", "dtype=float32",
+        "tasks=[docvqa]", "n=2", "max_new_tokens=12", f"paths.data={work / 'data'}",
+        f"paths.target={work / 'target'}", f"paths.head={work / 'head'}",
+        f"paths.results={work / 'results'}", f"paths.corpus={work / 'corpus'}",
+        f"paths.checkpoints={work / 'checkpoints'}", "threads=1", "decode.bootstrap=50",
+        "corpus=cauldron_localized_narratives", f"corpus.source={instructions}",
+        "corpus.greedy=12", "corpus.sampled=8", "corpus.heldout=4", "corpus.shard_size=32",
+        "corpus.max_new_tokens=16", "head=train", "head.train.layers=1",
+        "head.train.block_size=8", "head.train.steps=12", "head.train.eval_every=4",
+        "head.train.save_every=5", f"head.train.features={features}",
+    ]  # fmt: skip
+    _stage("prepare", *common, "prepare.dataset=docvqa", f"prepare.source={source}", cwd=work)
+    _stage("target", *common, cwd=work)
+    _stage("corpus", *common, cwd=work)
+    index = json.loads((work / "corpus" / "corpus.json").read_text())
+    assert index["rows"] == {"train": 20, "heldout": 4}
+    _stage("head", *common, cwd=work)
+    record = json.loads((work / "head" / "head.json").read_text())
+    assert record["source"] == "train" and record["block_size"] == 8
+    assert record["train"]["features"] == features and len(record["train"]["heldout_curve"]) == 4
+    assert not (work / "checkpoints" / "head").exists()  # finished: nothing left to resume
+    assert (work / "results" / "train" / "head" / "metrics.json").is_file()
+    _stage("decode", *common, "+task=docvqa", "decode.sampled=[0.7]", cwd=work)
+    summary = json.loads((work / "results" / "decode" / "docvqa" / "summary.json").read_text())
+    for row in ("glance", "chain", "glance@0.7"):
+        assert summary["systems"][row]["matches_baseline"] == 2, row
+    _stage("audit", *common, "audit.n=2", "sweep.budgets=[1,15]", "decode.sampled=[0.7]",
+           cwd=work)  # fmt: skip
+    audit = json.loads((work / "results" / "audit.json").read_text())
+    assert audit["mismatch"] == 0 and audit["equal"] == 2

@@ -257,3 +257,30 @@ def test_a_rank_that_fails_stops_the_run_with_its_error(tmp_path):
     assert proc.returncode != 0
     assert "corpus.json: cannot be read" in proc.stdout + proc.stderr
     assert not (tmp_path / "h").exists()
+
+
+def test_the_readme_multi_node_recipe_composes():
+    """The README's ``srun torchrun`` recipe: torchrun's own parser accepts its
+    launcher arguments, and the stage's overrides compose into a config that
+    passes the checks (nothing is launched)."""
+    import re
+    import shlex
+
+    from omegaconf import OmegaConf
+    from torch.distributed.run import get_args_parser
+
+    from glance.pipeline.config import check_config
+    from stages.params import compose_params
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    block = re.search(r"srun [^\n]*torchrun[^`]*?(?=\n```)", readme, re.S).group(0)
+    words = shlex.split(
+        block.replace("\\\n", " ").replace("$(scontrol show hostnames | head -1)", "node0")
+    )
+    launcher = words[words.index("torchrun") + 1 :]
+    args = get_args_parser().parse_args(launcher)
+    assert args.nnodes == "2" and args.nproc_per_node == "8" and args.rdzv_backend == "c10d"
+    assert args.module and args.training_script == "stages.head"
+    overrides = args.training_script_args
+    assert "head=train" in overrides and "device=cuda" in overrides
+    check_config(OmegaConf.create(compose_params(overrides)))
