@@ -30,7 +30,8 @@ def _config(path) -> dict:
 
 def _zlab(native_path, out):
     """Written as z-lab ships it (:func:`glance.export_head`, ``layout="zlab"``)."""
-    return glance.export_head(glance.load_block_head(native_path), out, "zlab")
+    head = glance.load_block_head(native_path, dtype=torch.float32)
+    return glance.export_head(head, out, "zlab")
 
 
 def _speculators(native_path, target, out, fused: bool):
