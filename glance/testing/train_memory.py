@@ -8,8 +8,8 @@ Builds toy corpora of each size with the corpus stage's code
 toy world's prompts, half greedy, half sampled), then trains a block head on
 each for ``--steps`` steps with ``features=online`` and ``features=offline``,
 each run in a fresh process, and prints the process's peak resident memory
-(``ru_maxrss``) and its peak over the memory it held once the target had
-loaded. A corpus's features never enter memory whole, so the peak should not
+while it trains (Linux's ``VmHWM``, reset once the target and the corpus have
+loaded) and that peak over the memory held at that point. A corpus's features never enter memory whole, so the peak should not
 grow with the corpus: the table gives the ratio of the largest corpus's peak
 to the smallest's per mode. Run it with nothing else running.
 """
@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 TOY = ROOT / "models" / "toy-target"
 
 _CHILD = r"""
-import json, resource, sys
+import json, sys
 import torch
 from glance.core.numerics import Numerics, pin
 pin(Numerics(threads=1), reexec=True)
@@ -40,11 +40,18 @@ from glance.training.corpus import Corpus
 folder, mode, steps, work = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 target, processor = load_target(sys.argv[5], dtype=torch.float32)
 rows = Corpus(folder, "train", processor=processor)
-loaded = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+def status(key):
+    for line in open("/proc/self/status"):
+        if line.startswith(key + ":"):
+            return int(line.split()[1])
+
+open("/proc/self/clear_refs", "w").write("5")  # the peak so far (loading) is not training's
+loaded = status("VmRSS")
 cfg = HeadConfig(block_size=16, layers=1, steps=steps, seed=0, mask_span="variable")
 mask = processor.tokenizer.convert_tokens_to_ids("<|mask|>")
 _, log = train_head(target, rows, mask, cfg, features=mode, work_dir=work, progress=False)
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+peak = status("VmHWM")
 print(json.dumps({"answers": len(rows), "mode": mode, "loaded_mib": loaded / 1024,
                   "peak_mib": peak / 1024, "train_seconds": log["train_seconds"]}))
 """
