@@ -6,15 +6,17 @@
 Writes ``paths.corpus`` as ``datasets`` Arrow shards (see
 :mod:`glance.training.corpus`), one shard at a time: a killed run started
 again continues after its last finished shard, and a shard made by another
-target or recipe is made again, never reused.
+target or recipe is made again, never reused. The run's wall time goes to
+``results/timing/corpus.json`` (a rerun that reuses every shard is quick).
 """
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from glance.pipeline.app import app, load_target, log, setup
-from glance.pipeline.files import read_json
+from glance.pipeline.files import read_json, write_timing
 
 
 @app
@@ -26,7 +28,9 @@ def main(cfg) -> None:
     if cfg.corpus.source == "toy" and info["source"] != "toy":
         raise SystemExit("corpus.source: toy prompts need the toy target; pick a datasets corpus")
     target, processor = load_target(cfg)
+    start = time.perf_counter()
     index = make_corpus(cfg, target, processor, target_dir(info))
+    write_timing(cfg, "corpus", {"answer_seconds": time.perf_counter() - start})
     log.info("corpus %s: %s answers", cfg.corpus.name, index["rows"])
 
 
