@@ -9,9 +9,10 @@ toy world's prompts, half greedy, half sampled), then trains a block head on
 each for ``--steps`` steps with ``features=online`` and ``features=offline``,
 each run in a fresh process, and prints the process's peak resident memory
 while it trains (Linux's ``VmHWM``, reset once the target and the corpus have
-loaded) and that peak over the memory held at that point. A corpus's features never enter memory whole, so the peak should not
-grow with the corpus: the table gives the ratio of the largest corpus's peak
-to the smallest's per mode. Run it with nothing else running.
+loaded) and that peak over the memory held at that point. A corpus's
+features never enter memory whole, so the peak should not grow with the
+corpus: the table gives the ratio of the largest corpus's peak to the
+smallest's per mode. Run it with nothing else running.
 """
 
 from __future__ import annotations
