@@ -220,12 +220,23 @@ def _stage(args, cwd, launcher=()):
     return proc
 
 
+@pytest.fixture(scope="module")
+def target(tmp_path_factory):
+    """The target stage's record of the shipped toy target, made here: a fresh
+    clone has no ``models/target`` until ``dvc repro`` runs."""
+    root = tmp_path_factory.mktemp("target")
+    data = [f"paths.data={root / 'data'}"]
+    _stage(["stages.prepare", "prepare.n=3", "n=2", *data], ROOT)
+    _stage(["stages.target", "target.heldout=1", *data, f"paths.target={root / 'target'}"], ROOT)
+    return root / "target"
+
+
 @pytest.mark.slow
-def test_two_ranks_train_the_head_one_rank_trains(tmp_path):
+def test_two_ranks_train_the_head_one_rank_trains(tmp_path, target):
     """torchrun with gloo, K=2 against K=1 with the same global batch: the
     held-out curves agree to float rounding."""
     common = [
-        f"paths.target={ROOT / 'models' / 'target'}", f"paths.corpus={tmp_path / 'corpus'}",
+        f"paths.target={target}", f"paths.corpus={tmp_path / 'corpus'}",
         "corpus.greedy=32", "corpus.sampled=32", "corpus.heldout=4", "corpus.shard_size=32",
         "corpus.max_new_tokens=48", "head.train.steps=40", "head.train.eval_every=10",
         "head.train.save_every=0", "threads=1",
@@ -246,9 +257,9 @@ def test_two_ranks_train_the_head_one_rank_trains(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_rank_that_fails_stops_the_run_with_its_error(tmp_path):
+def test_a_rank_that_fails_stops_the_run_with_its_error(tmp_path, target):
     proc = subprocess.run(
-        [*TORCHRUN, "--nproc_per_node=2", "-m", "stages.head",
+        [*TORCHRUN, "--nproc_per_node=2", "-m", "stages.head", f"paths.target={target}",
          f"paths.corpus={tmp_path / 'none'}", f"paths.head={tmp_path / 'h'}",
          f"paths.checkpoints={tmp_path / 'ck'}", "threads=1"],
         cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1"),

@@ -79,10 +79,14 @@ _measured = None  # the process's book of measured costs
 
 def target_positions(cfg: Config) -> int | None:
     """The target's positions (its text model's ``max_position_embeddings``),
-    read from its config alone; ``None`` when the config is out of reach."""
+    read from its config alone; ``None`` when the config is out of reach (the
+    target stage has not run yet: the stage then fails at loading, naming it)."""
     from transformers import AutoConfig
 
-    info = read_json(Path(cfg.paths.target) / "target.json", "run `python -m stages.target` first")
+    record = Path(cfg.paths.target) / "target.json"
+    if not record.is_file():
+        return None
+    info = read_json(record, "run `python -m stages.target` first")
     try:
         config = AutoConfig.from_pretrained(str(info["path"]), revision=info.get("revision"))
     except (OSError, ValueError):
