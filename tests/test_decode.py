@@ -174,6 +174,7 @@ def test_effective_cap_is_the_block_or_what_is_left(world, n_new):
             left = len(new_tokens(out, world)) - produced
             assert r.cap == min(block - 1, left), (r, left)
             assert min(r.accepted, r.cap) == r.cap  # censored
+            assert r.stop == ("end" if r.committed <= r.accepted else "depth"), r
             produced += r.committed
         assert produced == len(new_tokens(out, world))
     # A chain that misses offset 3 every round: rejections, not censored rounds.
@@ -182,6 +183,16 @@ def test_effective_cap_is_the_block_or_what_is_left(world, n_new):
         head, world.target, world.input_ids, N_NEW, positions=world.positions, return_stats=True
     )
     assert all(r.accepted == 2 < r.cap for r in stats.rounds[:-1])
+    assert all(r.stop == "rejection" for r in stats.rounds[:-1])
+    # A budget of 3 nodes: the oracle's tree is its 3-deep spine, so each round
+    # accepts down to that leaf, short of its cap; censored, yet not by the cap.
+    head = tiny.OracleHead(world.target, reference, block_size=block)
+    _, stats = glance.generate(
+        head, world.target, world.input_ids, N_NEW, positions=world.positions, budget=3,
+        return_stats=True,
+    )  # fmt: skip
+    leafy = [r for r in stats.rounds if r.stop == "leaf"]
+    assert leafy and all(r.accepted == 3 < r.cap for r in leafy), stats.rounds
 
 
 def test_stats_are_consistent(world):

@@ -224,6 +224,7 @@ GOOD = {"prompt": 1, "system": "glance", "entropy": 0.5, "accepted": 2, "cap": 1
         ("accepted", 1.5, "accepted: expected an integer >= 0"),
         ("cap", 0, "cap: expected an integer >= 1"),
         ("prompt", -3, "prompt: expected an integer >= 0"),
+        ("stop", "eos", "stop: expected one of ('rejection', 'depth', 'end', 'leaf')"),
     ],
 )
 def test_defect_06_a_bad_round_names_its_file_and_line(tmp_path, field, value, expected):

@@ -52,6 +52,28 @@ def test_censoring_is_what_makes_the_fit_right(rounds):
     assert abs(naive.b1 - B1) > abs(DraftabilityLaw.fit(entropy, accepted, cap=CAP).b1 - B1)
 
 
+def test_rounds_that_end_at_a_leaf_are_censored_not_rejections():
+    # A tree whose paths run out early: each round's run is cut at a random
+    # leaf depth below the cap. Reading the cut as a rejection biases b0 and
+    # b1; marking it censored recovers the law.
+    entropy, accepted, _ = simulate(20_000, seed=2)
+    leaf = np.random.default_rng(3).integers(1, CAP + 1, accepted.shape)
+    cut = accepted > leaf
+    seen = np.where(cut, leaf, accepted)
+    at_leaf = cut | (seen == leaf) & (seen < CAP)  # the run reached the leaf: no rejection seen
+    naive = DraftabilityLaw.fit(entropy, seen, cap=CAP)
+    honest = DraftabilityLaw.fit(entropy, seen, cap=CAP, censored=at_leaf)
+    assert honest.b0 == pytest.approx(B0, rel=0.1) and honest.b1 == pytest.approx(B1, rel=0.1)
+    assert abs(naive.b0 - B0) > 5 * abs(honest.b0 - B0)
+    assert honest.n_censored == int((at_leaf | (seen == CAP)).sum())
+    interval = b1_interval(
+        entropy, seen, CAP, np.arange(entropy.size) // 50, resamples=50, seed=0, censored=at_leaf
+    )
+    assert interval.low < B1 < interval.high
+    with pytest.raises(ValueError, match="censored must be booleans, one per round"):
+        DraftabilityLaw.fit(entropy, seen, cap=CAP, censored=at_leaf[:-1])
+
+
 def test_fit_without_cap_recovers_uncensored_data():
     entropy, accepted, _ = simulate(20_000, seed=1, cap=None)
     law = DraftabilityLaw.fit(entropy, accepted)

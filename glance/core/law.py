@@ -10,7 +10,9 @@ geometric and::
 
 When a round could accept at most ``cap`` tokens (the block's last offset), a
 round with ``a == cap`` only says that the true run was at least ``cap`` long:
-it is right-censored, and the likelihood treats it so.
+it is right-censored, and the likelihood treats it so. So is a round that
+ended without a rejection before its cap (``censored``: a tree path that ran
+out at a leaf): it met no failure, only the end of what was drafted.
 
 :meth:`DraftabilityLaw.fit` fits ``(b0, b1)`` by maximum likelihood and reports
 the diagnostics the paper reads the fit against; :meth:`DraftabilityLaw.holds`
@@ -66,7 +68,7 @@ def _expected(eta: np.ndarray, cap: np.ndarray | None) -> np.ndarray:
     return odds * -np.expm1(cap * -np.logaddexp(0.0, -eta))
 
 
-def _as_rounds(entropy, accepted, cap):
+def _as_rounds(entropy, accepted, cap, censored=None):
     h = np.asarray(entropy, dtype=np.float64)
     a = np.asarray(accepted, dtype=np.float64)
     if h.ndim != 1 or a.shape != h.shape:
@@ -82,6 +84,12 @@ def _as_rounds(entropy, accepted, cap):
     if bad.any():
         i = int(np.argmax(bad))
         raise ValueError(f"accepted must be integers >= 0; round {i} is {a[i]}")
+    if censored is not None:
+        s = np.asarray(censored)
+        if s.shape != h.shape or s.dtype != np.bool_:
+            raise ValueError(
+                f"censored must be booleans, one per round; got {s.dtype} of shape {s.shape}"
+            )
     if cap is None:
         return h, a, None
     c = np.broadcast_to(np.asarray(cap, dtype=np.float64), h.shape)
@@ -100,7 +108,8 @@ class DraftabilityLaw:
 
     Attributes:
         b0, b1: the coefficients of ``logit p = b0 - b1 * H``.
-        n: number of rounds; ``n_censored`` of them reached their cap.
+        n: number of rounds; ``n_censored`` of them were censored (reached
+            their cap, or a leaf through ``censored``).
         r2_round: R² over rounds (unweighted) of the fitted mean, cap-aware when
             a cap was given, against the accepted length.
         r2_ceiling: the in-sample least-squares optimum of the same R² over all
@@ -149,7 +158,7 @@ class DraftabilityLaw:
     reason: str = ""  # a later field: results written before it read as ""
 
     @classmethod
-    def fit(cls, entropy, accepted, cap=None) -> DraftabilityLaw:
+    def fit(cls, entropy, accepted, cap=None, censored=None) -> DraftabilityLaw:
         """Fit the law by maximum likelihood on one ``(entropy, accepted)`` pair per round.
 
         Args:
@@ -157,6 +166,9 @@ class DraftabilityLaw:
             accepted: ``(n,)`` drafted tokens accepted per round, without the bonus.
             cap: ``None``, or the deepest offset a round could accept (a scalar or
                 one per round); rounds with ``accepted == cap`` are censored.
+            censored: ``None``, or ``(n,)`` booleans: rounds that ended without
+                a rejection below their cap (a tree path ending at a leaf),
+                censored too. ``n_censored`` counts both kinds.
 
         ``r2_ceiling`` is isotonic least squares in entropy within each cap
         value, in-sample, on the same rounds and R² as ``r2_round``. Its class
@@ -164,11 +176,11 @@ class DraftabilityLaw:
         r2_ceiling``. It is biased upward (it fits noise as well), which makes
         the ceiling-share test stricter; see :func:`_isotonic_ceiling`.
         """
-        h, a, c = _as_rounds(entropy, accepted, cap)
+        h, a, c = _as_rounds(entropy, accepted, cap, censored)
         n = h.shape[0]
         if n < 2:
             raise ValueError(f"fit needs at least 2 rounds; got {n}")
-        trials = _trials(a, c)
+        trials = _trials(a, c, censored)
         x, h_mean, h_scale = _standardise(h)
         theta, converged = _mle(x, a, trials)
         b1 = float(theta[1] / h_scale)
@@ -361,7 +373,15 @@ class SlopeInterval:
 
 
 def b1_interval(
-    entropy, accepted, cap, groups, *, resamples: int, seed: int, level: float = 0.95
+    entropy,
+    accepted,
+    cap,
+    groups,
+    *,
+    resamples: int,
+    seed: int,
+    level: float = 0.95,
+    censored=None,
 ) -> SlopeInterval:
     """The law's slope with a cluster-bootstrap percentile interval over ``groups``.
 
@@ -380,10 +400,10 @@ def b1_interval(
     in ``failed``. The same ``seed`` gives the same interval bit for bit.
 
     Args:
-        entropy, accepted, cap: as for :meth:`DraftabilityLaw.fit`.
+        entropy, accepted, cap, censored: as for :meth:`DraftabilityLaw.fit`.
         groups: ``(n,)`` the cluster of each round (any hashable labels).
     """
-    h, a, c = _as_rounds(entropy, accepted, cap)
+    h, a, c = _as_rounds(entropy, accepted, cap, censored)
     g = np.asarray(groups)
     if g.shape != h.shape:
         raise ValueError(f"groups must have one label per round; got {g.shape} for {h.shape}")
@@ -391,7 +411,7 @@ def b1_interval(
         raise ValueError(f"need resamples >= 1 and 0 < level < 1; got {resamples}, {level}")
     _, cluster = np.unique(g, return_inverse=True)
     k = int(cluster.max()) + 1
-    trials = _trials(a, c)
+    trials = _trials(a, c, censored)
     x, _, h_scale = _standardise(h)
     theta, _ = _mle(x, a, trials)
     rng = np.random.default_rng(seed)
@@ -417,9 +437,12 @@ def b1_interval(
     )
 
 
-def _trials(a: np.ndarray, c: np.ndarray | None) -> np.ndarray:
+def _trials(a: np.ndarray, c: np.ndarray | None, censored=None) -> np.ndarray:
     # Bernoulli trials per round: the accepted ones plus the rejection, if seen.
-    return a + (1.0 if c is None else (a < c).astype(np.float64))
+    seen = np.ones_like(a, dtype=bool) if c is None else a < c
+    if censored is not None:
+        seen &= ~np.asarray(censored, dtype=bool)
+    return a + seen.astype(np.float64)
 
 
 def _standardise(h: np.ndarray) -> tuple[np.ndarray, float, float]:

@@ -78,6 +78,23 @@ INPUT_DTYPES = (torch.int64, torch.int32)
 MAX_BUDGET = 4095
 
 
+#: why a round's accepted run ended (:attr:`Round.stop`); all but a rejection
+#: are censored observations of the run's length
+STOPS = ("rejection", "depth", "end", "leaf")
+
+
+def _stop(tree, path, cap: int, committed: int) -> str:
+    """:attr:`Round.stop` of a drafting round: its ``path`` through ``tree``,
+    its depth limit ``cap`` and the tokens it ``committed``."""
+    accepted = len(path)
+    if committed <= accepted:  # the output ended at or before the last accepted token
+        return "end"
+    if accepted >= cap:
+        return "depth"
+    last = int(path[-1]) if accepted else -1
+    return "rejection" if bool((tree.parents == last).any()) else "leaf"
+
+
 @dataclass(frozen=True)
 class Round:
     """One decoding round.
@@ -91,8 +108,13 @@ class Round:
     is the walk, cache compaction and bookkeeping). ``cap``: the round's
     effective cap, the most drafted tokens it could have accepted: the tree's
     depth limit (the block, plus an extension), or fewer when the output ends
-    (stop token or ``max_new_tokens``) sooner. A round with ``accepted >= cap``
-    is censored: it was stopped by the cap, not by a rejection.
+    (stop token or ``max_new_tokens``) sooner. ``stop``: why the round's
+    accepted run ended (:data:`STOPS`): ``"rejection"`` (the target took
+    another token than every drafted child), ``"depth"`` (it accepted down to
+    the depth limit), ``"end"`` (the output ended within the run) or
+    ``"leaf"`` (it accepted down to a leaf shallower than the cap: the tree
+    ran out of candidates). Only a rejection is a failure; the other three
+    rounds are censored (``accepted >= cap`` for depth and end, not for a leaf).
     """
 
     accepted: int
@@ -104,6 +126,7 @@ class Round:
     host_ms: float
     tree_ms: float = 0.0
     cap: int = 0
+    stop: str = ""
 
 
 @dataclass(frozen=True)
@@ -690,7 +713,8 @@ def speculate(
             at.root = bonus
         entropies.add(out.logits[0, 0])
         laps.mark("end")
-        req.rounds.append(laps.round(len(path), len(committed), len(tree)))
+        stop = _stop(tree, path, caps[-1][1], len(committed))
+        req.rounds.append(replace(laps.round(len(path), len(committed), len(tree)), stop=stop))
     window = clock() - (window_start if window_start is not None else prefill_end)
     req.rounds = entropies.fill(
         [

@@ -9,14 +9,17 @@ from pathlib import Path
 import numpy as np
 
 
-def fit(entropy, accepted, cap, prompts, *, resamples: int, seed: int) -> dict:
+def fit(entropy, accepted, cap, prompts, censored, *, resamples: int, seed: int) -> dict:
     """The law's fields, ``holds()`` with its conditions and thresholds, and b1's
-    prompt-bootstrap interval, as one JSON-ready dict."""
+    prompt-bootstrap interval, as one JSON-ready dict. ``censored``: the rounds
+    that ended without a rejection (:func:`glance.experiments.results.read_rounds`)."""
     from glance.core.law import DraftabilityLaw, b1_interval, holds_thresholds
 
     try:
-        law = DraftabilityLaw.fit(entropy, accepted, cap=cap)
-        interval = b1_interval(entropy, accepted, cap, prompts, resamples=resamples, seed=seed)
+        law = DraftabilityLaw.fit(entropy, accepted, cap=cap, censored=censored)
+        interval = b1_interval(
+            entropy, accepted, cap, prompts, resamples=resamples, seed=seed, censored=censored
+        )
     except ValueError as err:
         return {"n": int(len(entropy)), "error": str(err)}
     thresholds = holds_thresholds()
@@ -32,7 +35,7 @@ def fit(entropy, accepted, cap, prompts, *, resamples: int, seed: int) -> dict:
 
 def task_rounds(results, name: str):
     """GLANCE's measured rounds of task ``name`` (entropy, accepted, cap,
-    prompt), from one decode run's complete set, or exit naming the file."""
+    prompt, censored), from one decode run's complete set, or exit naming the file."""
     from glance._io import check_set
     from glance.experiments.results import read_rounds
 
@@ -41,7 +44,7 @@ def task_rounds(results, name: str):
         raise SystemExit(f"{folder / 'rounds.jsonl'}: missing; run the decode stage for {name}")
     try:  # every task asked, complete and finite, from one decode run's set
         check_set(folder, names=("rounds.jsonl",))
-        return read_rounds(folder / "rounds.jsonl", prompts=True)
+        return read_rounds(folder / "rounds.jsonl", prompts=True, censored=True)
     except ValueError as err:
         raise SystemExit(str(err)) from None
 
@@ -52,9 +55,9 @@ def fit_tasks(results, tasks, *, resamples: int, seed: int) -> tuple[dict, dict]
     boot = {"resamples": resamples, "seed": seed}
     per_task, columns = {}, []
     for name in tasks:
-        h, a, cap, prompts = task_rounds(results, name)
-        per_task[name] = fit(h, a, cap, prompts, **boot)
-        columns.append((h, a, cap, np.char.add(f"{name}/", prompts.astype(str))))
+        h, a, cap, prompts, cut = task_rounds(results, name)
+        per_task[name] = fit(h, a, cap, prompts, cut, **boot)
+        columns.append((h, a, cap, np.char.add(f"{name}/", prompts.astype(str)), cut))
     pooled = fit(*(np.concatenate(c) for c in zip(*columns, strict=True)), **boot)
     return per_task, pooled
 

@@ -34,18 +34,25 @@ def write_rounds(path, records) -> None:
     atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in records))
 
 
-def read_rounds(path, system: str = "glance", prompts: bool = False) -> tuple[np.ndarray, ...]:
+def read_rounds(
+    path, system: str = "glance", prompts: bool = False, censored: bool = False
+) -> tuple[np.ndarray, ...]:
     """Entropy, accepted and effective cap of each round of ``system`` (and,
-    with ``prompts``, each round's prompt), as arrays.
+    with ``prompts``, each round's prompt; then with ``censored``, whether the
+    round ended without a rejection: its ``stop`` is not ``"rejection"``), as
+    arrays. A record without ``stop`` (written before rounds kept it) is
+    censored when it reached its cap.
 
     ``accepted`` is clipped to the cap: drafted tokens accepted past the end of
     the output (after its stop token) never count. Every record is checked
     where it is read: entropy a finite number >= 0, accepted an integer >= 0,
-    cap an integer >= 1, prompt an integer >= 0. A bad record, or a file with
+    cap an integer >= 1, prompt an integer >= 0, stop one of
+    :data:`glance.decoding.loop.STOPS`'s names. A bad record, or a file with
     no round of ``system``, raises ``ValueError`` naming the file and line."""
     import math
 
-    entropy, accepted, cap, prompt = [], [], [], []
+    stops = ("rejection", "depth", "end", "leaf")  # glance.decoding.loop.STOPS, torch-free
+    entropy, accepted, cap, prompt, cut = [], [], [], [], []
 
     def whole(r, key, low):
         v = r[key]
@@ -67,6 +74,9 @@ def read_rounds(path, system: str = "glance", prompts: bool = False) -> tuple[np
                 c = whole(r, "cap", 1)
                 a = whole(r, "accepted", 0)
                 i = whole(r, "prompt", 0) if prompts else 0
+                stop = r.get("stop", "rejection" if a < c else "depth")
+                if stop not in stops:
+                    raise ValueError(f"stop: expected one of {stops}; got {stop!r}")
             except (json.JSONDecodeError, KeyError, TypeError, ValueError) as err:
                 raise ValueError(
                     f"{path}:{number}: expected a round record with system, entropy, "
@@ -76,10 +86,13 @@ def read_rounds(path, system: str = "glance", prompts: bool = False) -> tuple[np
             cap.append(c)
             accepted.append(min(a, c))
             prompt.append(i)
+            cut.append(stop != "rejection")
     if not entropy:
         raise ValueError(f"{path}: no round of system {system!r}; rerun the stage that writes it")
     out = (np.array(entropy), np.array(accepted, dtype=np.int64), np.array(cap, dtype=np.int64))
-    return (*out, np.array(prompt, dtype=np.int64)) if prompts else out
+    if prompts:
+        out = (*out, np.array(prompt, dtype=np.int64))
+    return (*out, np.array(cut, dtype=bool)) if censored else out
 
 
 def system_summary(runs: list[dict], base: list[dict] | None, seed: int, resamples: int) -> dict:
@@ -137,7 +150,8 @@ def regime(measured: dict, rounds: list[dict], block: int) -> dict:
     """Where the task sits: answer lengths against the block, the target's mean
     root entropy (GLANCE's rounds), the chain's per-offset acceptance
     P(accept offset k | offset k reached), and the highest tau the answer
-    lengths allow (:func:`glance.core.metrics.tau_ceiling`)."""
+    lengths allow (:func:`glance.core.metrics.tau_ceiling`), and the shares of
+    GLANCE's rounds by why they ended (``glance_stops``)."""
     from glance.core.metrics import offset_acceptance, tau_ceiling
 
     lengths = [r["new_tokens"] for r in measured["ar"]]
@@ -147,6 +161,11 @@ def regime(measured: dict, rounds: list[dict], block: int) -> dict:
         "new_tokens_per_answer": sum(lengths) / len(lengths),
         "tau_ceiling": tau_ceiling(lengths, block),
         "root_entropy": sum(r["entropy"] for r in glance_rounds) / max(1, len(glance_rounds)),
+        # why GLANCE's rounds ended, as shares (glance.decoding.loop.STOPS)
+        "glance_stops": {
+            reason: sum(r.get("stop") == reason for r in glance_rounds) / max(1, len(glance_rounds))
+            for reason in ("rejection", "depth", "end", "leaf")
+        },
     }
     if chain_rounds:
         out["chain_offset_acceptance"] = offset_acceptance(
