@@ -112,6 +112,8 @@ def test_decile_curve(law, rounds):
     assert law.decile_accepted[0] > law.decile_accepted[-1]
     low = entropy <= np.quantile(entropy, 0.1)
     assert law.decile_accepted[0] == pytest.approx(accepted[low].mean(), rel=0.02)
+    se = accepted[low].std(ddof=1) / np.sqrt(low.sum())
+    assert law.decile_se[0] == pytest.approx(se, rel=0.02)
     assert law.spearman_rho < 0 and law.spearman_p < 1e-10
 
 

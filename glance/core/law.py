@@ -120,7 +120,9 @@ class DraftabilityLaw:
             observed decile means.
         spearman_rho, spearman_p: rank correlation of entropy and accepted length.
         decile_*: per entropy decile (non-empty ones only), the mean entropy, the
-            mean accepted length, the fitted mean and the number of rounds.
+            mean accepted length, the fitted mean, the number of rounds and
+            the standard error of the mean accepted length (rounds taken as
+            independent; 0 for a decile of one round).
         ceiling_entropy, ceiling_accepted: the ceiling's fit for figures: mean
             entropy and mean ceiling prediction in up to ``CURVE_POINTS``
             equal-count entropy bins (caps mixed as in the rounds).
@@ -156,6 +158,7 @@ class DraftabilityLaw:
     accepted_constant: bool
     converged: bool
     reason: str = ""  # a later field: results written before it read as ""
+    decile_se: tuple[float, ...] = ()  # later too: older results read as ()
 
     @classmethod
     def fit(cls, entropy, accepted, cap=None, censored=None) -> DraftabilityLaw:
@@ -203,6 +206,9 @@ class DraftabilityLaw:
         dec_h = np.bincount(deciles, weights=h, minlength=10)[present] / cnt
         dec_a = np.bincount(deciles, weights=a, minlength=10)[present] / cnt
         dec_f = np.bincount(deciles, weights=fitted, minlength=10)[present] / cnt
+        sq = np.bincount(deciles, weights=a * a, minlength=10)[present] / cnt
+        spread = np.maximum(sq - dec_a**2, 0.0) * cnt / np.maximum(cnt - 1, 1)
+        dec_se = np.sqrt(spread / cnt)
 
         ceiling, blocks = _isotonic_ceiling(h, a, c)
         curve = rank_bins(h, min(CURVE_POINTS, n))
@@ -236,6 +242,7 @@ class DraftabilityLaw:
             accepted_constant=bool(np.ptp(a) == 0),
             converged=converged,
             reason=reason,
+            decile_se=tuple(dec_se.tolist()),
         )
 
     def p(self, entropy) -> np.ndarray:

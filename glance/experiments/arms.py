@@ -79,16 +79,26 @@ def divergence_summary(calls: list[dict]) -> dict:
 
 
 def summarise(runs: dict, seed: int, resamples: int, lossy: set) -> dict:
-    """Per row: the summary of ``glance.experiments.results``; GLANCE against EAGLE and
-    dflash's chain, tau and speed, each with a paired interval."""
+    """Per row: the summary of ``glance.experiments.results`` in the decode-only
+    window (prefill excluded), with ``end_to_end`` the same in the whole call's
+    window; GLANCE against EAGLE, dflash's chain and the two-model chain, tau
+    and speed, each with a paired interval. Every speed ratio takes both of its
+    times in one window: a foreign loop (dflash's chain) times only the whole
+    call, so it has no decode-only figures and is compared end to end only."""
     from glance.core.metrics import drop_warmup
     from glance.experiments.results import speed_ratio, system_summary, tau_ratio
 
     m = {row: list(drop_warmup(calls)) for row, calls in runs.items()}
     wall = {row: [{**c, "ms": c["wall_ms"]} for c in calls] for row, calls in m.items()}
+    foreign = {row for row, calls in m.items() if calls[0]["stats"] is None}
+    timed = ("ms_per_token", "tokens_per_s", "speedup")
     out = {"rows": {}}
     for row, calls in m.items():
         s = system_summary(calls, None if row == "greedy" else m["greedy"], seed, resamples)
+        e = system_summary(wall[row], None if row == "greedy" else wall["greedy"], seed, resamples)
+        s["end_to_end"] = {k: e[k] for k in timed if k in e}
+        if row in foreign:
+            s = {k: v for k, v in s.items() if k not in timed}
         drafts = [c["draft_ms"] for c in calls if c["draft_ms"] is not None]
         if drafts:
             s["draft_ms_per_round"] = sum(drafts) / len(drafts)
@@ -100,9 +110,10 @@ def summarise(runs: dict, seed: int, resamples: int, lossy: set) -> dict:
     for other, key in (*others, ("two_model", "vs_two_model")):
         out[key] = {
             "tau": tau_ratio(m["glance"], m[other], seed, resamples),
-            "speed": speed_ratio(m[other], m["glance"], seed, resamples),
             "speed_end_to_end": speed_ratio(wall[other], wall["glance"], seed, resamples),
         }
+        if other not in foreign:
+            out[key]["speed"] = speed_ratio(m[other], m["glance"], seed, resamples)
     return out
 
 

@@ -80,7 +80,16 @@ def main_table(summaries: dict) -> tuple[dict, str]:
     def ratio(x):
         return _interval(x) if x else "n/a"
 
+    first = next(iter(summaries.values()))
+    window = {"decode_only": "decode (prefill excluded)", "legacy": "prefill included"}
     lines = [
+        f"Measured by the decode stage on `{first['target']}` ({first['device']}, "
+        f"{first['dtype']}), budget {first['budget']}, branch_k {first['branch_k']}, "
+        f"{first['n']} prompts per task after a warm-up. One window, "
+        f"{window.get(first['timing'], first['timing'])}; every speedup divides the task's "
+        "own AR run's time (on the same prompts, in the same process) by the row's, with a "
+        "95% paired bootstrap interval over prompts.",
+        "",
         "| task | AR ms/token | chain tau | chain speedup | GLANCE tau | GLANCE speedup | "
         "auto tau | auto speedup | GLANCE over chain, tau | GLANCE over chain, speed | "
         "auto over chain, speed |",
@@ -264,8 +273,9 @@ def cost_curves(plt, bench: dict, figures, meta: dict | None = None) -> None:
 
     fig, ax = plt.subplots(figsize=(5, 3.5))
     budgets = [r["budget"] for r in rows]
-    ax.plot(budgets, [100 * r["host_share"] for r in rows], "o-")
-    ax.set_ylim(0, 100)
+    share = [100 * r["host_share"] for r in rows]
+    ax.plot(budgets, share, "o-")
+    ax.set_ylim(0, 1.25 * max(share))  # scaled to the data: the share is a few percent
     ax.set_xscale("log", base=2)
     ax.set_xticks(budgets, [str(b) for b in budgets])
     ax.minorticks_off()
@@ -279,53 +289,58 @@ def cost_curves(plt, bench: dict, figures, meta: dict | None = None) -> None:
 
 
 def law_panel(plt, law: dict, cap: int, path, meta: dict | None = None) -> None:
-    """Panel (a): mean accepted length per entropy decile, one curve per task,
-    the pooled law's curve and the ceiling's bin means, entropy on a log axis
-    (rounds at H = 0 drawn at ``floor``)."""
+    """Panel (a): per task, the mean accepted length in each entropy decile with
+    its 95% interval (mean +- 1.96 standard errors, rounds taken as
+    independent) and the task's own fitted law over its entropy range; the
+    pooled law dashed. Entropy on a linear axis from 0, so a round at H = 0
+    sits at 0; deciles are points, never joined, so an empty stretch of
+    entropy shows as a gap. The legend sits outside the axes."""
     from glance.core.law import DraftabilityLaw
 
-    floor = 1e-4
+    def model(fit):
+        fields = DraftabilityLaw.__dataclass_fields__
+        return DraftabilityLaw.from_dict({k: v for k, v in fit.items() if k in fields})
+
     fig, ax = plt.subplots(figsize=(6, 4.2))
-    for task, fitted in law["tasks"].items():
-        if "error" not in fitted:
-            passed = "holds" if fitted["holds"] else "fails"
-            ax.plot(
-                np.maximum(fitted["decile_entropy"], floor),
-                fitted["decile_accepted"],
-                "o-",
-                ms=3,
-                label=f"{task} deciles (b1 {_num(fitted['b1'])}, {passed})",
-            )
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for i, (task, fit) in enumerate(law["tasks"].items()):
+        if "error" in fit:
+            continue
+        colour = colours[i % len(colours)]
+        h, a = np.array(fit["decile_entropy"]), np.array(fit["decile_accepted"])
+        se = np.array(fit.get("decile_se") or np.zeros_like(a))
+        iv = fit.get("b1_interval") or {}
+        b1 = _num(fit["b1"])
+        if iv.get("low") is not None:
+            b1 += f" [{_num(iv['low'])}, {_num(iv['high'])}]"
+        verdict = "holds" if fit["holds"] else "fails"
+        ax.errorbar(h, a, yerr=1.96 * se, fmt="o", ms=3.5, capsize=2, color=colour,
+                    label=f"{task}: b1 {b1}, {verdict}")  # fmt: skip
+        grid = np.linspace(h.min(), h.max(), 100)
+        ax.plot(grid, model(fit).expected(grid, cap=cap), "-", lw=1.2, color=colour)
     pooled = law["pooled"]
     if "error" not in pooled:
-        model = DraftabilityLaw.from_dict(
-            {k: v for k, v in pooled.items() if k in DraftabilityLaw.__dataclass_fields__}
-        )
-        h = np.geomspace(floor, max(max(pooled["decile_entropy"]), 1e-3) * 1.2, 200)
+        top = max(max(f["decile_entropy"]) for f in law["tasks"].values() if "error" not in f)
+        grid = np.linspace(0.0, top, 200)
         ax.plot(
-            h,
-            model.expected(h, cap=cap),
+            grid,
+            model(pooled).expected(grid, cap=cap),
             "k--",
-            label=f"pooled law: b0 {_num(pooled['b0'])}, b1 {_num(pooled['b1'])}; "
-            f"holds() {'passed' if pooled['holds'] else 'failed'}",
+            lw=1,
+            label=f"pooled law: b0 {_num(pooled['b0'])}, b1 {_num(pooled['b1'])}, "
+            f"decile R² {_num(pooled['r2_decile'])}; holds() "
+            f"{'passed' if pooled['holds'] else 'failed'}",
         )
-        if pooled.get("ceiling_entropy"):
-            ax.step(
-                np.maximum(pooled["ceiling_entropy"], floor),
-                pooled["ceiling_accepted"],
-                where="mid",
-                color="0.5",
-                lw=1,
-                label="ceiling: best monotone fit per cap, bin means "
-                f"(R² {_num(pooled['r2_ceiling'])}; law R² {_num(pooled['r2_round'])})",
-            )
-    ax.set_xscale("log")
-    ax.set_xlabel("target entropy H at the round's root (nats, log scale)")
-    ax.set_ylabel("mean accepted length a (drafted tokens per round)")
+    ax.set_xlim(left=0)
+    ax.set_ylim(bottom=0)
+    ax.set_xlabel("target entropy H at the round's root (nats)")
+    ax.set_ylabel(f"mean accepted length a (drafted tokens, cap {cap})")
     ax.set_title(
-        f"(a) accepted length against entropy, by decile\n{caption(meta or {})}", fontsize=8
+        "(a) accepted length against entropy: decile means with 95% intervals,\n"
+        f"each task's fitted law (solid) and the pooled one (dashed)\n{caption(meta or {})}",
+        fontsize=8,
     )
-    ax.legend(fontsize=6)
+    ax.legend(fontsize=6.5, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
     save_figure(fig, path)
     plt.close(fig)
 
@@ -373,7 +388,7 @@ def caption(meta: dict) -> str:
 
 
 def context_panel(plt, context: dict, task: str, path) -> None:
-    """Panel (c): the tree/chain tau ratio at each context length, with its
+    """The tree/chain tau ratio at each context length, with its
     paired bootstrap interval."""
     fig, ax = plt.subplots(figsize=(4.8, 3.6))
     lengths = list(context)
@@ -385,7 +400,8 @@ def context_panel(plt, context: dict, task: str, path) -> None:
     ax.set_xlabel("extra context tokens")
     ax.set_ylabel("GLANCE tau / chain tau (ratio)")
     ax.set_title(
-        f"(c) margin over the chain ({task}, 95% paired intervals)\n{caption(context[lengths[0]])}",
+        f"tree over chain at each context length ({task}, 95% paired intervals)\n"
+        f"{caption(context[lengths[0]])}",
         fontsize=8,
     )
     save_figure(fig, path)
@@ -457,47 +473,56 @@ def _interval(x: dict) -> str:
 
 def arms_markdown(result: dict) -> str:
     """The arms' two tables: every row per case (lossy rows marked), then
-    GLANCE against the EAGLE-style head and dflash's chain, with intervals."""
+    GLANCE against the EAGLE-style head, dflash's chain and the two-model
+    chain, with intervals. Each time and ratio names its window; the greedy
+    row is the one baseline of every speedup in its case."""
     head = (
         f"Target {result['target']} on {result['device']} ({result['dtype']}); both heads "
         f"verify {result['budget']} draft tokens a round (GLANCE: branch_k "
         f"{result['branch_k']}, one head pass; EAGLE-style: top-{result['width']} per depth, "
         f"depth {result['depth']}, {result['depth']} head passes); {result['n']} prompts per "
-        "task after a warm-up. Times: decode-only window (prefill excluded); speedups over "
-        "the target's own greedy loop, 95% paired bootstrap intervals over prompts.\n"
+        "task after a warm-up. Two windows: decode (prefill excluded) and end to end (the "
+        "whole call); a speedup divides the case's greedy row's time by the row's, both in "
+        "the same window, with a 95% paired bootstrap interval over prompts. dflash's "
+        "chain runs its own loop, timed end to end only.\n"
     )
     lines = [
         head,
-        "| case | row | tau | ms/token | tokens/s | speedup vs greedy | = greedy | "
-        "draft ms/round |",
-        "|---|---|---|---|---|---|---|---|",
+        "| case | row | tau | ms/token, decode | speedup, decode | ms/token, end to end | "
+        "speedup, end to end | = greedy | draft ms/round |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     cases = {**result["cases"], "pooled": result["pooled"]}
     for case, c in cases.items():
         for row, x in c["rows"].items():
+            e = x["end_to_end"]
             tau = f"{x['tau']:.2f}" if "tau" in x else ""
+            ms = f"{x['ms_per_token']:.3f}" if "ms_per_token" in x else ""
             sp = _interval(x["speedup"]) if "speedup" in x else ""
+            sp_e = _interval(e["speedup"]) if "speedup" in e else ""
             same = f"{x['matches_baseline']}" if "matches_baseline" in x else ""
             draft = f"{x['draft_ms_per_round']:.2f}" if "draft_ms_per_round" in x else ""
             name = f"{row} (lossy)" if x.get("lossy") else row
             lines.append(
-                f"| {case} | {name} | {tau} | {x['ms_per_token']:.3f} | "
-                f"{x['tokens_per_s']:.0f} | {sp} | {same} | {draft} |"
+                f"| {case} | {name} | {tau} | {ms} | {sp} | {e['ms_per_token']:.3f} | {sp_e} | "
+                f"{same} | {draft} |"
             )
     lines += [
         "",
-        "GLANCE over the others on the same prompts (above 1: GLANCE ahead):",
+        "GLANCE over the others on the same prompts (above 1: GLANCE ahead; speed in "
+        "the window named):",
         "",
-        "| case | tau / EAGLE-style | speed / EAGLE-style | end-to-end / EAGLE-style | "
-        "end-to-end / dflash chain | end-to-end / two-model |",
-        "|---|---|---|---|---|---|",
+        "| case | tau / EAGLE-style | speed / EAGLE-style, decode | speed / EAGLE-style, "
+        "end to end | speed / dflash chain, end to end | speed / two-model, decode | "
+        "speed / two-model, end to end |",
+        "|---|---|---|---|---|---|---|",
     ]
     for case, c in cases.items():
-        e, d, t = c["vs_eagle_tree"], c["vs_dflash_chain"], c.get("vs_two_model")
+        e, d, t = c["vs_eagle_tree"], c["vs_dflash_chain"], c["vs_two_model"]
         lines.append(
             f"| {case} | {_interval(e['tau'])} | {_interval(e['speed'])} | "
             f"{_interval(e['speed_end_to_end'])} | {_interval(d['speed_end_to_end'])} | "
-            f"{_interval(t['speed_end_to_end']) if t else ''} |"
+            f"{_interval(t['speed'])} | {_interval(t['speed_end_to_end'])} |"
         )
     lines += [
         "",
