@@ -3,7 +3,9 @@
 Reads ``results/decode/<task>/rounds.jsonl`` (rounds of ``system == "glance"``),
 each with its effective ``cap``: the most drafted tokens the round could accept,
 the block's limit or the tokens left before the output's end, whichever is
-smaller. A round that reached its cap is censored, not a rejection. Writes
+smaller. A round is censored, not a rejection, when its ``stop`` is not a
+rejection: it reached its cap (the depth limit or the output's end) or the end
+of its tree path (a leaf shallower than the cap). Writes
 ``results/law.json``: per task and pooled, every field of ``DraftabilityLaw``
 (b0, b1, r2_round, r2_ceiling and the ceiling's curve ``ceiling_entropy`` /
 ``ceiling_accepted``, the decile curve, Spearman), ``holds`` with its four

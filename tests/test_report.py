@@ -66,17 +66,30 @@ def test_read_paths_finds_literals_past_ipython_syntax():
     assert report.read_paths(nb) == ["results/a.json", "figures/b.png"]
 
 
-def test_committed_notebook_is_executed_and_current():
-    nb = nbformat.read(NOTEBOOK, as_version=4)
+ARMS_RERUN = "python -m stages.arms_report --config-name from_params"
+
+
+@pytest.mark.parametrize(
+    ("name", "rerun"), [(report.NOTEBOOK, RERUN), (report.ARMS_NOTEBOOK, ARMS_RERUN)]
+)
+def test_committed_notebook_is_executed_and_current(name, rerun):
+    nb = nbformat.read(ROOT / name, as_version=4)
     for i, cell in enumerate(_code_cells(nb), 1):
-        assert cell.outputs, f"{report.NOTEBOOK}: code cell {i} has no outputs; run {RERUN}"
-        assert cell.execution_count == i, f"{report.NOTEBOOK}: code cell {i} not executed in order"
+        assert cell.outputs, f"{name}: code cell {i} has no outputs; run {rerun}"
+        assert cell.execution_count == i, f"{name}: code cell {i} not executed in order"
         assert not any(o.output_type == "error" for o in cell.outputs)
     recorded = nb.metadata.get("glance", {}).get("inputs")
-    assert recorded, f"{report.NOTEBOOK}: no recorded inputs; run {RERUN}"
-    live = report.inputs(ROOT)
+    assert recorded, f"{name}: no recorded inputs; run {rerun}"
+    live = report.inputs(ROOT, ROOT / name)
     stale = sorted(p for p in live.keys() | recorded.keys() if live.get(p) != recorded.get(p))
-    assert not stale, f"{report.NOTEBOOK} is older than {stale}; run {RERUN}"
+    assert not stale, f"{name} is older than {stale}; run {rerun}"
+
+
+def test_the_arms_notebook_reads_the_arms_and_the_claims():
+    paths = report.read_paths(nbformat.read(ROOT / report.ARMS_NOTEBOOK, as_version=4))
+    for needed in ("results/arms.md", "results/arms.json", "results/claims.md",
+                   "figures/arms_context.png"):  # fmt: skip
+        assert needed in paths
 
 
 def test_execute_on_a_copy_saves_outputs_and_digests(tmp_path):

@@ -23,6 +23,8 @@ import tempfile
 from pathlib import Path
 
 NOTEBOOK = "notebooks/results.ipynb"
+#: the arms pipeline's notebook: the comparison arms, the heads and the claims
+ARMS_NOTEBOOK = "notebooks/arms.ipynb"
 #: seconds one cell may run before the stage fails
 CELL_TIMEOUT = 300
 _INPUT = re.compile(r"(results|figures)/[\w.\-/]+\.\w+")

@@ -6,7 +6,8 @@ from ``results/bench.json``), ``regime`` (where the toy world sits,
 ``results/regime_table.md``), ``seeds`` (other task draws,
 ``results/seeds_table.md``), ``main`` (``results/main_table.md``), ``law``
 (rendered from ``results/law.json``), ``heads`` and ``arms`` (the comparison
-arms, ``results/arms.json`` and ``results/arms.md``). Where results/ has the
+arms, ``results/arms.json`` and ``results/arms.md``) and ``claims`` (the
+paper's claims against the measurements, ``results/claims.md``). Where results/ has the
 Markdown, it is copied as it is, so the README cannot drift from it.
 ``tests/test_readme.py`` checks every number in the README's tables against
 these blocks, and that no table outside them carries numbers unless it says
@@ -83,7 +84,8 @@ def blocks(results: Path) -> dict[str, str]:
     from glance._io import check_siblings
 
     read = lambda name: (results / name).read_text(encoding="utf-8")  # noqa: E731
-    for name in ("bench", "law", "arms", "regime_table", "seeds_table", "main_table"):
+    names = ("bench", "law", "arms", "regime_table", "seeds_table", "main_table", "claims")
+    for name in names:
         data = json.loads(read(f"{name}.json"))
         check_siblings(results, data.get("files", {}), str(results / f"{name}.json"))
     return {
@@ -94,6 +96,7 @@ def blocks(results: Path) -> dict[str, str]:
         "law": law_table(json.loads(read("law.json"))),
         "heads": heads_markdown(json.loads(read("arms.json"))),
         "arms": read("arms.md"),
+        "claims": read("claims.md"),
     }
 
 
