@@ -8,7 +8,7 @@ a chain, :mod:`glance.drafters.small`) or ``relaxed_<rule>`` (GLANCE's
 tree walked with a LOSSY rule of :mod:`glance.decoding.relaxed`). Each call returns a
 run as ``glance.experiments.results`` reads it, plus end-to-end time and draft time.
 
-The two-model row drafts a greedy chain of ``arms.depth`` tokens a round with
+The two-model row drafts a greedy chain of ``arms.assistant.depth`` tokens a round with
 the smaller model's own cache, verified by GLANCE's ``verify`` and ``walk``.
 ``transformers``' assisted generation would be the usual route, but with a
 Qwen3-VL assistant in transformers 5.15 its cache grows by about two entries a
@@ -30,11 +30,13 @@ __all__ = [
 ]
 
 
-def arms_rows(budget: int, branch_k: int, width: int, depth: int, rules) -> dict:
+def arms_rows(
+    budget: int, branch_k: int, width: int, depth: int, rules, chain_depth: int
+) -> dict:
     """The arms' rows (:class:`~glance.experiments.rows.Row`) by name: greedy,
     GLANCE, the EAGLE-style tree (``width`` expanded per depth, ``depth``
-    deep), dflash's chain, the two-model chain (``depth`` a round), and GLANCE
-    walked with each LOSSY rule of ``rules``; every tree at ``budget`` nodes."""
+    deep), dflash's chain, the two-model chain (``chain_depth`` a round), and
+    GLANCE walked with each LOSSY rule of ``rules``; every tree at ``budget`` nodes."""
     from glance.experiments.rows import Row
 
     tree = {"budget": budget, "branch_k": branch_k}
@@ -45,7 +47,7 @@ def arms_rows(budget: int, branch_k: int, width: int, depth: int, rules) -> dict
             "eagle", "greedy", options={**tree, "accept": "exact", "width": width, "depth": depth}
         ),
         "dflash_chain": Row("dflash_chain", "greedy"),
-        "two_model": Row("two_model", "greedy", options={"depth": depth}),
+        "two_model": Row("two_model", "greedy", options={"depth": chain_depth}),
     }
     for rule in rules:
         rows[f"relaxed_{rule}"] = Row("relaxed", "greedy", options={**tree, "accept": rule})
@@ -164,6 +166,7 @@ def arms_header(cfg, target) -> dict:
         "branch_k": int(cfg.branch_k),
         "width": int(a.width),
         "depth": int(a.depth),
+        "two_model_depth": int(a.assistant.depth),
         "n": int(a.n),
         "timing": "decode_only",
         "cases": {},

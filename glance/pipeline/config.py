@@ -216,6 +216,7 @@ class Bench:
 @dataclass
 class Assistant:
     path: str = MISSING
+    depth: int = MISSING
     size: TargetSize = MISSING
     train: TrainConfig = MISSING
 
@@ -431,6 +432,7 @@ def check_ranges(cfg: DictConfig) -> None:
     integer("arms.n", cfg.arms.n, MIN_PROMPTS)
     for key in ("width", "depth"):
         integer(f"arms.{key}", cfg.arms[key], 1)
+    integer("arms.assistant.depth", cfg.arms.assistant.depth, 1)
     integer("arms.budget", cfg.arms.budget, 1, MAX_BUDGET)
     for i, b in enumerate(cfg.arms.budgets):
         integer(f"arms.budgets[{i}]", b, 1, MAX_BUDGET)

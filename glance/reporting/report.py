@@ -568,11 +568,15 @@ PAPER_TAU_RATIO = {"pooled": 2.7, "chartqa": 4.0}
 
 def heads_markdown(result: dict) -> str:
     """The controlled head comparison: per task and pooled, each head's tau at
-    the same verified budget and GLANCE's ratio with its paired interval,
+    the same verified budget, the EAGLE-style head's share of the most it can
+    commit a round (its depth plus the bonus: at most half means its cap does
+    not decide the comparison), and GLANCE's ratio with its paired interval,
     beside the paper's figure where it gives one."""
+    top = result["depth"] + 1  # the EAGLE-style head's most tokens a round
     lines = [
-        "| task | GLANCE tau | EAGLE-style tau | GLANCE / EAGLE-style | paper |",
-        "|---|---|---|---|---|",
+        "| task | GLANCE tau | EAGLE-style tau | EAGLE-style tau / its most "
+        f"({top}) | GLANCE / EAGLE-style | paper |",
+        "|---|---|---|---|---|---|",
     ]
     cases = {k: c for k, c in result["cases"].items() if c["context"] == 0}
     for case, c in {**cases, "pooled": result["pooled"]}.items():
@@ -580,6 +584,7 @@ def heads_markdown(result: dict) -> str:
         paper = PAPER_TAU_RATIO.get(case)
         lines.append(
             f"| {case} | {rows['glance']['tau']:.2f} | {rows['eagle']['tau']:.2f} | "
+            f"{rows['eagle']['tau'] / top:.2f} | "
             f"{_interval(c['vs_eagle_tree']['tau'])} | {f'{paper}x' if paper else ''} |"
         )
     return "\n".join(lines) + "\n"
