@@ -39,9 +39,8 @@ def main(cfg) -> None:
     setup(cfg)
     a = cfg.arms
     s = open_session(cfg, lambda target: arms.arms_models(cfg, target), arms.arms_inputs(cfg))
-    rows = arms.arms_rows(
-        int(a.budget), int(cfg.branch_k), int(a.width), int(a.depth), a.rules, int(a.assistant.depth)
-    )
+    shape = (int(a.budget), int(cfg.branch_k), int(a.width), int(a.depth))
+    rows = arms.arms_rows(*shape, a.rules, int(a.assistant.depth))
     lossy = {name for name, row in rows.items() if row.kind == "relaxed"}
     result, stat = arms.arms_header(cfg, s.target), (int(cfg.seed), int(cfg.decode.bootstrap))
     pooled = {row: [] for row in rows}

@@ -30,9 +30,7 @@ __all__ = [
 ]
 
 
-def arms_rows(
-    budget: int, branch_k: int, width: int, depth: int, rules, chain_depth: int
-) -> dict:
+def arms_rows(budget: int, branch_k: int, width: int, depth: int, rules, chain_depth: int) -> dict:
     """The arms' rows (:class:`~glance.experiments.rows.Row`) by name: greedy,
     GLANCE, the EAGLE-style tree (``width`` expanded per depth, ``depth``
     deep), dflash's chain, the two-model chain (``chain_depth`` a round), and
