@@ -9,21 +9,14 @@ Its inputs' SHA-256 go into the notebook's metadata, as for ``stages.report``
 
 from __future__ import annotations
 
-import time
-from pathlib import Path
-
-from glance.pipeline.app import app, log, setup
-from glance.reporting.notebook import ARMS_NOTEBOOK, execute
+from glance.pipeline.app import app, setup
+from glance.reporting.notebook import ARMS_NOTEBOOK, run_stage
 
 
 @app
 def main(cfg) -> None:
     setup(cfg)
-    root = Path.cwd()
-    start = time.perf_counter()
-    digests = execute(root / ARMS_NOTEBOOK, root)
-    seconds = time.perf_counter() - start
-    log.info("%s executed in %.1f s from %d inputs", ARMS_NOTEBOOK, seconds, len(digests))
+    run_stage(ARMS_NOTEBOOK)
 
 
 if __name__ == "__main__":

@@ -8,21 +8,14 @@ can tell whether the saved outputs are current (:mod:`glance.reporting.notebook`
 
 from __future__ import annotations
 
-import time
-from pathlib import Path
-
-from glance.pipeline.app import app, log, setup
-from glance.reporting.notebook import NOTEBOOK, execute
+from glance.pipeline.app import app, setup
+from glance.reporting.notebook import NOTEBOOK, run_stage
 
 
 @app
 def main(cfg) -> None:
     setup(cfg)
-    root = Path.cwd()
-    start = time.perf_counter()
-    digests = execute(root / NOTEBOOK, root)
-    seconds = time.perf_counter() - start
-    log.info("%s executed in %.1f s from %d inputs", NOTEBOOK, seconds, len(digests))
+    run_stage(NOTEBOOK)
 
 
 if __name__ == "__main__":

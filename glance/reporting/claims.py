@@ -72,16 +72,27 @@ def _lossless(results: Path) -> dict:
     return _row(claim, paper, measured, "results/audit.json", _yes(bad == 0 and equal == prompts))
 
 
-def _ordered(results: Path, tasks) -> dict:
-    claim = "GLANCE's tau is ordered by grounding over the five tasks"
-    paper = "2.91 < 3.32 < 3.68 < 3.93 < 4.62"
+def _main_table(results: Path, tasks) -> list[dict]:
+    source = "results/main_table.json"
+    order = (
+        "GLANCE's tau is ordered by grounding over the five tasks",
+        "2.91 < 3.32 < 3.68 < 3.93 < 4.62",
+    )
+    width = ("Width pays: the tree over the same head as a width-1 chain, tau, on every task",
+             "1.45x to 1.49x")  # fmt: skip
     table = _read(results, "main_table.json")
     if table is None:
-        return _missing(claim, paper, "results/main_table.json")
-    taus = [table["tasks"][t]["glance"]["tau"] for t in tasks]
-    measured = " < ".join(f"{t:.2f}" for t in taus)
-    ok = all(a < b for a, b in zip(taus, taus[1:], strict=False))
-    return _row(claim, paper, measured, "results/main_table.json", _yes(ok))
+        return [_missing(*order, source), _missing(*width, source)]
+    rows = [table["tasks"][t] for t in tasks]
+    taus = [r["glance"]["tau"] for r in rows]
+    ordered = all(a < b for a, b in zip(taus, taus[1:], strict=False))
+    ivs = [r["tree_over_chain"] for r in rows]
+    low = min(ivs, key=lambda x: x["estimate"])
+    high = max(ivs, key=lambda x: x["estimate"])
+    return [
+        _row(*order, " < ".join(f"{t:.2f}" for t in taus), source, _yes(ordered)),
+        _row(*width, f"{_iv(low)} to {_iv(high)}", source, _yes(all(x["low"] > 1 for x in ivs))),
+    ]
 
 
 def _slope(results: Path, tasks) -> list[dict]:
@@ -111,21 +122,6 @@ def _slope(results: Path, tasks) -> list[dict]:
         _row(steep, "steeper on every step", measured, source, _yes(rising and apart)),
         _row(holds, "on all five tasks", held, source, _yes(len(passing) == len(tasks) and pooled)),
     ]
-
-
-def _width(results: Path, tasks) -> dict:
-    claim = "Width pays: the tree over the same head as a width-1 chain, tau, on every task"
-    paper = "1.45x to 1.49x"
-    table = _read(results, "main_table.json")
-    if table is None:
-        return _missing(claim, paper, "results/main_table.json")
-    ivs = [table["tasks"][t]["tree_over_chain"] for t in tasks]
-    low = min(ivs, key=lambda x: x["estimate"])
-    high = max(ivs, key=lambda x: x["estimate"])
-    measured = f"{_iv(low)} to {_iv(high)}"
-    return _row(
-        claim, paper, measured, "results/main_table.json", _yes(all(x["low"] > 1 for x in ivs))
-    )
 
 
 def _arms(results: Path) -> list[dict]:
@@ -172,8 +168,8 @@ def claims(results, tasks) -> dict:
     """Every claim's row (see the module docstring), from the files in
     ``results``; ``tasks`` in the paper's order of grounding, least first."""
     results, tasks = Path(results), list(tasks)
-    rows = [_lossless(results), _ordered(results, tasks), *_slope(results, tasks)]
-    rows += [_width(results, tasks), *_arms(results)]
+    order, width = _main_table(results, tasks)
+    rows = [_lossless(results), order, *_slope(results, tasks), width, *_arms(results)]
     rows += [
         _row("The law transfers to a second target (Qwen2.5-VL)", "it transfers", "",
              "", "not measured"),

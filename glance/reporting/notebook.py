@@ -146,3 +146,18 @@ def execute(path, root, timeout: int = CELL_TIMEOUT) -> dict[str, str]:
     nbformat.validate(nb)
     atomic_write_text(path, nbformat.writes(nb) + "\n")
     return before
+
+
+def run_stage(name: str) -> None:
+    """What a report stage does: execute the notebook ``name`` (relative to the
+    project root, the working directory) in place and log how long it took."""
+    import logging
+    import time
+
+    root = Path.cwd()
+    start = time.perf_counter()
+    digests = execute(root / name, root)
+    seconds = time.perf_counter() - start
+    logging.getLogger("glance").info(
+        "%s executed in %.1f s from %d inputs", name, seconds, len(digests)
+    )
