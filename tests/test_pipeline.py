@@ -696,7 +696,7 @@ def test_readme_tables_are_generated_from_results():
 
     readme = (ROOT / "README.md").read_text()
     texts = blocks(ROOT / "results")
-    assert set(texts) == {"bench", "regime", "seeds", "main", "law", "heads", "arms"}
+    assert set(texts) == {"bench", "regime", "seeds", "main", "law", "heads", "arms", "claims"}
     assert render(readme, texts) == readme, "README tables are stale: python -m stages.readme"
     with pytest.raises(ValueError, match="markers"):
         render("no markers here", texts)

@@ -89,25 +89,13 @@ def _parts(cfg) -> list:
 
 def make_corpus(cfg, target, processor, target_dir) -> dict:
     """Answer the corpus recipe with ``target`` into ``paths.corpus``, resuming."""
-    from glance.training.block import regenerate
+    from glance.training.block import answerer
     from glance.training.corpus import build_corpus
 
     stop = None
     if cfg.corpus.source == "toy":
         stop = processor.tokenizer.convert_tokens_to_ids("<|im_end|>")
-
-    def answer(conversations, temperature, seed):
-        return regenerate(
-            target,
-            processor,
-            conversations,
-            cfg.corpus.max_new_tokens,
-            temperature=temperature,
-            stop_token_id=stop,
-            seed=seed,
-            progress=False,
-        )
-
+    answer = answerer(target, processor, cfg.corpus.max_new_tokens, stop)
     recipe = corpus_recipe(cfg, target_dir)
     return build_corpus(
         cfg.paths.corpus, _parts(cfg), answer, recipe, shard_size=cfg.corpus.shard_size
@@ -155,14 +143,7 @@ def train_block_head(cfg, target, processor, target_dir, out: Path | None) -> di
     heldout = []
     if json.loads((folder / "corpus.json").read_text())["rows"]["heldout"]:
         heldout = Corpus(folder, "heldout", processor=processor, vocab_size=vocab)
-    head_cfg = HeadConfig(
-        block_size=t.block_size,
-        layers=t.layers,
-        steps=t.steps,
-        seed=t.seed,
-        lr=t.lr,
-        mask_span=t.mask_span,
-    )
+    head_cfg = HeadConfig.from_run(t)
     work = Path(cfg.paths.checkpoints) / "head"
     key = json.dumps({"recipe": recipe, "train": asdict(t)}, sort_keys=True)
     files = RunFiles(

@@ -368,23 +368,10 @@ def toy_parts(
 def toy_answerer(target, processor, max_new_tokens: int):
     """``answer(conversations, temperature, seed)`` for the toy target: its own
     answers up to ``max_new_tokens``, ending at ``<|im_end|>``."""
-    from glance.training.block import regenerate
+    from glance.training.block import answerer
 
     end = processor.tokenizer.convert_tokens_to_ids("<|im_end|>")
-
-    def answer(conversations, temperature, seed):
-        return regenerate(
-            target,
-            processor,
-            conversations,
-            max_new_tokens,
-            temperature=temperature,
-            stop_token_id=end,
-            seed=seed,
-            progress=False,
-        )
-
-    return answer
+    return answerer(target, processor, max_new_tokens, end)
 
 
 def toy_corpus(target, processor, *, max_new_tokens: int, **recipe):
@@ -414,14 +401,7 @@ def train_toy_head(target_dir, out_dir, train: HeadTrain) -> dict:
     target, processor = load_target(target_dir, dtype=torch.float32)
     sequences, probe, regen_seconds = toy_corpus(target, processor, **train.corpus())
     mask = processor.tokenizer.convert_tokens_to_ids("<|mask|>")
-    cfg = HeadConfig(
-        block_size=train.block_size,
-        layers=train.layers,
-        steps=train.steps,
-        seed=train.seed,
-        lr=train.lr,
-        mask_span=train.mask_span,
-    )
+    cfg = HeadConfig.from_run(train)
     head, log = train_head(target, sequences, mask, cfg, heldout=probe)
     replace_dir(out_dir, head.save_pretrained)
     log.update(regenerate_seconds=regen_seconds, sequences=len(sequences))

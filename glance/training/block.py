@@ -89,6 +89,14 @@ class HeadConfig:
         if self.mask_span not in MASK_SPANS:
             raise ValueError(f"mask_span must be one of {MASK_SPANS}; got {self.mask_span!r}")
 
+    @classmethod
+    def from_run(cls, run) -> HeadConfig:
+        """The head a training run's settings describe (a pipeline ``TrainRun``
+        or the toy's ``HeadTrain``: any object with these attributes); the
+        rest keep their defaults."""
+        keys = ("block_size", "layers", "steps", "seed", "lr", "mask_span")
+        return cls(**{k: getattr(run, k) for k in keys})
+
 
 @dataclass(frozen=True)
 class Sequence:
@@ -420,6 +428,26 @@ def _heldout_rows(target, rows, layer_ids, cfg: HeadConfig) -> list:
 
 
 @torch.no_grad()
+def answerer(target, processor, max_new_tokens: int, stop_token_id: int | None = None):
+    """``answer(conversations, temperature, seed)``, as
+    :func:`glance.training.corpus.build_corpus` calls it: :func:`regenerate`
+    with these settings and no progress bar."""
+
+    def answer(conversations, temperature, seed):
+        return regenerate(
+            target,
+            processor,
+            conversations,
+            max_new_tokens,
+            temperature=temperature,
+            stop_token_id=stop_token_id,
+            seed=seed,
+            progress=False,
+        )
+
+    return answer
+
+
 def regenerate(
     target,
     processor,
