@@ -32,7 +32,8 @@ TIMING = re.compile(
 #: Markdown tables let the timing columns be left out
 TIMED_FILES = re.compile(
     r"figures/(verify_cost|length|host_share|budget|tree_vs_chain|context|arms_context)\.png$"
-    r"|notebooks/results\.ipynb$|results/(bench|arms)\.md$|results/verify_cost\.csv$"
+    r"|notebooks/(results|arms)\.ipynb$|results/(bench|arms|claims)\.md$|results/verify_cost\.csv$"
+    r"|results/train/[^/]+/plots/metrics/.*tokens_per_second\.tsv$"
     r"|results/length_curve\.csv$|results/sweep/[^/]+/curve\.csv$|results/main_table\.md$|results/sampling_table\.md$"
 )
 
