@@ -427,7 +427,6 @@ def _heldout_rows(target, rows, layer_ids, cfg: HeadConfig) -> list:
     return out
 
 
-@torch.no_grad()
 def answerer(target, processor, max_new_tokens: int, stop_token_id: int | None = None):
     """``answer(conversations, temperature, seed)``, as
     :func:`glance.training.corpus.build_corpus` calls it: :func:`regenerate`
@@ -448,6 +447,7 @@ def answerer(target, processor, max_new_tokens: int, stop_token_id: int | None =
     return answer
 
 
+@torch.no_grad()
 def regenerate(
     target,
     processor,
