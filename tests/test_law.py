@@ -66,6 +66,8 @@ def test_rounds_that_end_at_a_leaf_are_censored_not_rejections():
     assert honest.b0 == pytest.approx(B0, rel=0.1) and honest.b1 == pytest.approx(B1, rel=0.1)
     assert abs(naive.b0 - B0) > 5 * abs(honest.b0 - B0)
     assert honest.n_censored == int((at_leaf | (seen == CAP)).sum())
+    # fitted means cap a leaf round at its depth, as its observation is
+    assert honest.r2_round <= honest.r2_ceiling + 1e-12 and honest.r2_decile > 0.9
     interval = b1_interval(
         entropy, seen, CAP, np.arange(entropy.size) // 50, resamples=50, seed=0, censored=at_leaf
     )

@@ -173,7 +173,9 @@ class DraftabilityLaw:
                 a rejection below their cap (a tree path ending at a leaf),
                 censored too. ``n_censored`` counts both kinds.
 
-        ``r2_ceiling`` is isotonic least squares in entropy within each cap
+        A round censored below its cap counts, in ``r2_*``, the deciles and
+        the ceiling, with its accepted length as its cap: that is all its path
+        offered. ``r2_ceiling`` is isotonic least squares in entropy within each cap
         value, in-sample, on the same rounds and R² as ``r2_round``. Its class
         holds the law's curve for any ``(b0, b1)``, so ``r2_round <=
         r2_ceiling``. It is biased upward (it fits noise as well), which makes
@@ -197,6 +199,10 @@ class DraftabilityLaw:
             reason = "the optimiser stopped before reaching the maximum likelihood"
         converged = not reason
 
+        # A round censored below its cap (a leaf) could accept at most what it
+        # did: its fitted mean, and the ceiling's, are capped there too.
+        if c is not None and censored is not None:
+            c = np.where(np.asarray(censored, dtype=bool) & (a < c), a, c)
         with np.errstate(over="ignore", invalid="ignore"):  # a runaway fit: NaN, as such
             fitted = _expected(b0 - b1 * h, c)
         deciles = rank_bins(h, 10)
