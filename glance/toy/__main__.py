@@ -75,8 +75,10 @@ def cmd_evaluate(args) -> dict:
         head = glance.load_block_head(args.head, target=target)
         decoding = evaluate_decoding(target, processor, head, args.data, n=args.n)
         rounds = [r for t in decoding.values() for r in t.pop("rounds")]
-        entropy, accepted = np.array(rounds).T
-        law = DraftabilityLaw.fit(entropy, accepted.astype(int), cap=int(head.block_size) - 1)
+        entropy, accepted, cap, censored = np.array(rounds, dtype=np.float64).T
+        law = DraftabilityLaw.fit(
+            entropy, accepted.astype(int), cap=cap.astype(int), censored=censored.astype(bool)
+        )
         summary.update(
             decoding=decoding,
             law={

@@ -139,6 +139,7 @@ def evaluate_decoding(
             "tree_over_chain": tree_tau / chain_tau,
             "lossless": bool(lossless),
             "chain_offset_acceptance": [float((accepted >= k).mean()) for k in range(1, block)],
-            "rounds": [(r.entropy, r.accepted) for r in tree_rounds],
+            # entropy, accepted, effective cap, and whether it ended without a rejection
+            "rounds": [(r.entropy, r.accepted, r.cap, r.stop != "rejection") for r in tree_rounds],
         }
     return out
