@@ -76,6 +76,7 @@ def cmd_evaluate(args) -> dict:
         decoding = evaluate_decoding(target, processor, head, args.data, n=args.n)
         rounds = [r for t in decoding.values() for r in t.pop("rounds")]
         entropy, accepted, cap, censored = np.array(rounds, dtype=np.float64).T
+        accepted = np.minimum(accepted, cap)  # tokens accepted past the output's end never count
         law = DraftabilityLaw.fit(
             entropy, accepted.astype(int), cap=cap.astype(int), censored=censored.astype(bool)
         )
