@@ -21,7 +21,7 @@ def main(cfg) -> None:
 
     setup(cfg)
     results = Path(cfg.paths.results)
-    table = claims(results, cfg.tasks)
+    table = claims(results, cfg.tasks, str(cfg.device))
     md = claims_markdown(table)
     write_set(results, "claims.json", table, {"claims.md": md})
     log.info("claims:\n%s", md)

@@ -1,10 +1,11 @@
-"""The paper's four panels and its tables, from the stages' JSON outputs
-(drawn by :mod:`glance.reporting.report`).
+"""Three of the paper's four panels and its tables, from the stages' JSON
+outputs (drawn by :mod:`glance.reporting.report`; panel (c), against the
+EAGLE-style head, is the arms stage's ``figures/arms_context.png``).
 
-* ``figures/law.png`` (a): mean accepted length per entropy decile, one curve per
-  task, with the pooled law's fitted curve and its R² against the ceiling.
+* ``figures/law.png`` (a): per task, the mean accepted length per entropy
+  decile with its interval and the task's fitted law; the pooled law dashed.
 * ``figures/tree_vs_chain.png`` (b): GLANCE's tau over the chain's per task.
-* ``figures/context.png`` (c): GLANCE's tau over the chain's at two context lengths.
+* ``figures/context.png``: GLANCE's tau over the chain's at two context lengths.
 * ``figures/budget.png`` (d): speedup over greedy against the verifier budget N.
 * ``figures/verify_cost.png``, ``length.png``, ``host_share.png``: the bench's
   cost curves.

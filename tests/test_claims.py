@@ -19,10 +19,19 @@ def _iv(est, low, high):
     return {"estimate": est, "low": low, "high": high}
 
 
-def _results(tmp_path, taus=(3.0, 3.3, 3.7, 3.9, 4.6), b1=(0.3, 0.5, 0.7, 0.9, 1.2), arms=True):
+def _results(
+    tmp_path,
+    taus=(3.0, 3.3, 3.7, 3.9, 4.6),
+    b1=(0.3, 0.5, 0.7, 0.9, 1.2),
+    arms=True,
+    mismatch=0,
+    holds=True,
+    two_model=0.5,
+):
     r = tmp_path / "results"
     r.mkdir()
-    rows = {"glance": {"prompts": 100, "equal": 100, "MISMATCH": 0}}
+    rows = {"glance": {"prompts": 100, "equal": 100 - mismatch, "MISMATCH": mismatch,
+                       "control_differs": 0}}  # fmt: skip
     (r / "audit.json").write_text(json.dumps({"rows": rows}))
     table = {
         t: {"glance": {"tau": tau}, "tree_over_chain": _iv(1.4, 1.3, 1.5)}
@@ -30,7 +39,11 @@ def _results(tmp_path, taus=(3.0, 3.3, 3.7, 3.9, 4.6), b1=(0.3, 0.5, 0.7, 0.9, 1
     }
     (r / "main_table.json").write_text(json.dumps({"tasks": table}))
     fits = {
-        t: {"b1": v, "holds": True, "b1_interval": {"low": v - 0.1, "high": v + 0.1}}
+        t: {
+            "b1": v,
+            "holds": holds or t != "docvqa",
+            "b1_interval": {"low": v - 0.1, "high": v + 0.1},
+        }
         for t, v in zip(TASKS, b1, strict=True)
     }
     (r / "law.json").write_text(json.dumps({"tasks": fits, "pooled": {"holds": True}}))
@@ -39,11 +52,15 @@ def _results(tmp_path, taus=(3.0, 3.3, 3.7, 3.9, 4.6), b1=(0.3, 0.5, 0.7, 0.9, 1
         lossy = {"matches_baseline": 0, "lossy": True, "divergence": {"prompts": 100}}
         pooled = {
             "vs_eagle_tree": {"tau": _iv(2.7, 2.0, 3.0)},
-            "rows": {"two_model": {"speedup": _iv(0.5, 0.4, 0.6)}, "relaxed_top2": lossy},
+            "rows": {
+                "two_model": {"speedup": _iv(two_model, two_model - 0.1, two_model + 0.1)},
+                "relaxed_top2": lossy,
+            },
         }
         free = {"vs_eagle_tree": {"tau": _iv(0.8, 0.7, 0.9), "speed": _iv(0.9, 0.85, 0.95)}}
         cases = {"caption": free, "docvqa": case, "chartqa": case}
-        (r / "arms.json").write_text(json.dumps({"cases": cases, "pooled": pooled}))
+        arms = {"cases": cases, "pooled": pooled, "budget": 32, "depth": 16}
+        (r / "arms.json").write_text(json.dumps(arms))
     return r
 
 
@@ -66,6 +83,21 @@ def test_verdicts_follow_their_rules(tmp_path):
     steep = "The law's slope b1 steepens with grounding (caption to chartqa)"
     assert verdicts[steep] == "contradicted"  # neither rising nor apart at the ends
     assert verdicts["holds() passes on every task and pooled"] == "reproduced"
+
+
+def test_each_contradiction_is_named(tmp_path):
+    verdicts = _verdicts(_results(tmp_path, mismatch=1, holds=False, two_model=1.3))
+    wrong = {c for c, v in verdicts.items() if v == "contradicted"}
+    assert wrong == {
+        "Lossless: every audited prompt gives greedy's tokens",
+        "holds() passes on every task and pooled",
+        "The two-model arm is slower than autoregression (decode window)",
+    }
+
+
+def test_on_a_gpu_the_gpu_claims_are_not_untestable(tmp_path):
+    rows = claims(_results(tmp_path), TASKS, device="cuda")["claims"]
+    assert not [r for r in rows if r.get("verdict") == "untestable on CPU"]
 
 
 def test_without_the_arms_their_claims_are_not_measured(tmp_path):

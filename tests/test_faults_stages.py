@@ -236,6 +236,15 @@ def test_defect_06_a_bad_round_names_its_file_and_line(tmp_path, field, value, e
     assert str(err.value).startswith(f"{path}:2: ") and expected in str(err.value)
 
 
+def test_read_rounds_knows_every_stop_the_loop_writes(tmp_path):
+    from glance.decoding.loop import STOPS
+
+    path = tmp_path / "rounds.jsonl"
+    path.write_text("".join(json.dumps(GOOD | {"stop": stop}) + "\n" for stop in STOPS))
+    *_, censored = read_rounds(path, prompts=True, censored=True)
+    assert censored.tolist() == [stop != "rejection" for stop in STOPS]
+
+
 def test_defect_06_an_empty_rounds_file_is_an_error_not_a_smaller_pool(tmp_path):
     path = tmp_path / "rounds.jsonl"
     path.write_text("")

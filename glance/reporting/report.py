@@ -290,8 +290,9 @@ def cost_curves(plt, bench: dict, figures, meta: dict | None = None) -> None:
 
 def law_panel(plt, law: dict, cap: int, path, meta: dict | None = None) -> None:
     """Panel (a): per task, the mean accepted length in each entropy decile with
-    its 95% interval (mean +- 1.96 standard errors, rounds taken as
-    independent) and the task's own fitted law over its entropy range; the
+    a normal interval (mean +- 1.96 standard errors, rounds taken as
+    independent: rounds of one prompt are correlated, so it is narrower than a
+    prompt-level interval would be) and the task's own fitted law over its entropy range; the
     pooled law dashed. Entropy on a linear axis from 0, so a round at H = 0
     sits at 0; deciles are points, never joined, so an empty stretch of
     entropy shows as a gap. The legend sits outside the axes."""
@@ -336,7 +337,8 @@ def law_panel(plt, law: dict, cap: int, path, meta: dict | None = None) -> None:
     ax.set_xlabel("target entropy H at the round's root (nats)")
     ax.set_ylabel(f"mean accepted length a (drafted tokens, cap {cap})")
     ax.set_title(
-        "(a) accepted length against entropy: decile means with 95% intervals,\n"
+        "(a) accepted length against entropy: decile means +- 1.96 SE (rounds as "
+        "independent),\n"
         f"each task's fitted law (solid) and the pooled one (dashed)\n{caption(meta or {})}",
         fontsize=8,
     )
@@ -569,8 +571,8 @@ PAPER_TAU_RATIO = {"pooled": 2.7, "chartqa": 4.0}
 def heads_markdown(result: dict) -> str:
     """The controlled head comparison: per task and pooled, each head's tau at
     the same verified budget, the EAGLE-style head's share of the most it can
-    commit a round (its depth plus the bonus: at most half means its cap does
-    not decide the comparison), and GLANCE's ratio with its paired interval,
+    commit a round (its depth plus the bonus; the lower it is, the less its
+    depth limit shapes its tau), and GLANCE's ratio with its paired interval,
     beside the paper's figure where it gives one."""
     top = result["depth"] + 1  # the EAGLE-style head's most tokens a round
     lines = [
