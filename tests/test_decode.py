@@ -378,3 +378,21 @@ def test_round_entropies_are_the_targets_at_each_root(world, monkeypatch):
     for r in tree.rounds:
         assert r.entropy == pytest.approx(want[root], rel=1e-6, abs=1e-9)
         root += r.committed
+
+
+def test_a_rounds_stop_reads_the_tree_it_walked():
+    """``_stop`` on a tree whose spine was extended past the block: a walk that
+    ends on the spine's old leaf meets the extension's child (a rejection); one
+    that ends on a childless side node ran out of candidates (a leaf)."""
+    import numpy as np
+
+    from glance.core.tree import CandidateTree
+    from glance.decoding.loop import _stop
+
+    parents = np.array([-1, 0, -1, 1])  # node 3: the extension, under the spine leaf 1
+    tree = CandidateTree(np.arange(4), parents, np.array([1, 2, 1, 3]), np.zeros(4))
+    assert _stop(tree, np.array([0, 1]), cap=7, committed=3) == "rejection"
+    assert _stop(tree, np.array([2]), cap=7, committed=2) == "leaf"
+    assert _stop(tree, np.array([0, 1, 3]), cap=3, committed=4) == "depth"
+    assert _stop(tree, np.array([0, 1]), cap=7, committed=2) == "end"
+    assert _stop(tree, np.array([], dtype=np.int64), cap=7, committed=1) == "rejection"
