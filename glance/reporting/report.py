@@ -292,8 +292,10 @@ def law_panel(plt, law: dict, cap: int, path, meta: dict | None = None) -> None:
     """Panel (a): per task, the mean accepted length in each entropy decile with
     a normal interval (mean +- 1.96 standard errors, rounds taken as
     independent: rounds of one prompt are correlated, so it is narrower than a
-    prompt-level interval would be) and the task's own fitted law over its entropy range; the
-    pooled law dashed. Entropy on a linear axis from 0, so a round at H = 0
+    prompt-level interval would be), the task's own fitted law over its
+    entropy range at the full cap, and (x) the law's mean over each decile's
+    own rounds, each capped where it could stop (a leaf, the output's end);
+    the pooled law dashed. Entropy on a linear axis from 0, so a round at H = 0
     sits at 0; deciles are points, never joined, so an empty stretch of
     entropy shows as a gap. The legend sits outside the axes."""
     from glance.core.law import DraftabilityLaw
@@ -319,6 +321,8 @@ def law_panel(plt, law: dict, cap: int, path, meta: dict | None = None) -> None:
                     label=f"{task}: b1 {b1}, {verdict}")  # fmt: skip
         grid = np.linspace(h.min(), h.max(), 100)
         ax.plot(grid, model(fit).expected(grid, cap=cap), "-", lw=1.2, color=colour)
+        # the law's mean for the same rounds, each at its own cap (a leaf's depth)
+        ax.plot(h, fit["decile_fitted"], "x", ms=5, color=colour)
     pooled = law["pooled"]
     if "error" not in pooled:
         top = max(max(f["decile_entropy"]) for f in law["tasks"].values() if "error" not in f)
@@ -332,6 +336,10 @@ def law_panel(plt, law: dict, cap: int, path, meta: dict | None = None) -> None:
             f"decile R² {_num(pooled['r2_decile'])}; holds() "
             f"{'passed' if pooled['holds'] else 'failed'}",
         )
+    where = f"a leaf of its tree path, the output's end, or {cap}"
+    label = "x: the law's decile mean over the same rounds, each capped"
+    label += f"\nwhere it could stop ({where})"
+    ax.plot([], [], "kx", label=f"{label}; curves: capped at {cap}")
     ax.set_xlim(left=0)
     ax.set_ylim(bottom=0)
     ax.set_xlabel("target entropy H at the round's root (nats)")
