@@ -498,7 +498,9 @@ def test_repro_audit_law_and_table(repro):
     over = table["tasks"]["docvqa"]["tree_over_chain"]
     assert over["low"] <= over["estimate"] <= over["high"]
     md = (repro / "results" / "main_table.md").read_text()
-    assert md.count("\n") == len(TASKS) + 2 and "geometric mean" not in md
+    # a caption naming the window and baseline, a blank line, the header, the rule, one row a task
+    assert md.startswith("Measured by the decode stage") and "One window, decode" in md
+    assert md.count("\n") == len(TASKS) + 4 and "geometric mean" not in md
     # every comparison in the table carries its interval: a ratio cell is "r.rrx [l.ll, h.hh]"
     assert all(
         re.fullmatch(r"\d+\.\d\dx \[\d+\.\d\d, \d+\.\d\d\]", c.strip())
