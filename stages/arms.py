@@ -11,8 +11,10 @@ that leaves greedy is explained (:func:`glance.decoding.relaxed.first_divergence
 every other row must equal ``greedy``, or the stage fails naming the case,
 prompt, row and first differing token, unless greedy's second run differs too.
 Every task runs at context 0, ``context_sweep.task`` again at each non-zero
-``context_sweep`` length (panel (c)), then each head at each of
-``arms.budgets`` on ``sweep.task``. Times use the decode-only window, but
+``context_sweep`` length (panel (c)). First, each head runs at each of
+``arms.budgets`` on ``sweep.task``; the EAGLE-style head's fastest budget
+then runs in every case as ``eagle_best``, beside GLANCE's default
+(``glance_auto``, ``budget="auto"``). Times use the decode-only window, but
 ``dflash_chain`` runs dflash's own loop, timed end to end (read its
 ``end_to_end`` column). Writes ``results/arms.json``, ``results/arms.md`` and
 ``figures/arms_context.png``.
@@ -40,9 +42,13 @@ def main(cfg) -> None:
     a = cfg.arms
     s = open_session(cfg, lambda target: arms.arms_models(cfg, target), arms.arms_inputs(cfg))
     shape = (int(a.budget), int(cfg.branch_k), int(a.width), int(a.depth))
-    rows = arms.arms_rows(*shape, a.rules, int(a.assistant.depth))
-    lossy = {name for name, row in rows.items() if row.kind == "relaxed"}
     result, stat = arms.arms_header(cfg, s.target), (int(cfg.seed), int(cfg.decode.bootstrap))
+    # each head's best budget first: the EAGLE-style head's joins the cases as eagle_best
+    sweep = arms.budget_sweep(s, arms.arms_rows(*shape, (), int(a.assistant.depth)))
+    rows = arms.arms_rows(
+        *shape, a.rules, int(a.assistant.depth), eagle_best=sweep["eagle"]["best_budget"]
+    )
+    lossy = {name for name, row in rows.items() if row.kind == "relaxed"}
     pooled = {row: [] for row in rows}
     for name, context, n in arms.arms_cases(cfg):
         runs = arms.run_case(s, rows, lossy, name, context, n)
@@ -53,7 +59,7 @@ def main(cfg) -> None:
             for row in rows:  # each task's warm-up goes first, dropped per task
                 pooled[row] += runs[row][1:]
     result["pooled"] = arms.summarise({r: [None] + c for r, c in pooled.items()}, *stat, lossy)
-    result["budget_sweep"] = arms.budget_sweep(s, rows)
+    result["budget_sweep"] = sweep
     others = {"arms.md": arms_markdown(result)}
     write_set(
         Path(cfg.paths.results), "arms.json", result | {"numerics": numerics_record(cfg)}, others

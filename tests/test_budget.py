@@ -108,3 +108,28 @@ def test_a_fixed_book_never_measures():
     assert VerifyCosts(fixed=fixed).get(object(), measure) is fixed
     with pytest.raises(ValueError, match="draft_ms"):
         VerifyCost((1, 3), (1.0, 2.0), draft_ms=float("nan"))
+
+
+def test_auto_planner_caps_each_scaled_node_at_one():
+    """``budget="auto"`` scales the head's path probabilities by the running
+    acceptance ratio, each capped at 1 (a node is accepted at most once), and
+    predicts with the unscaled ones."""
+    from glance.decoding.loop import _Planner
+
+    ids, lp = draft(3, temperature=8.0)  # peaked: many path probabilities near 1
+    cost = VerifyCost(AUTO_SIZES, tuple(1.0 + 0.05 * n for n in AUTO_SIZES), draft_ms=1.0)
+    planner = _Planner("auto", cost)
+    planner.scale.update(accepted=40, predicted=9.0)  # alpha = 41 / 10
+    tree = planner.plan(ids, lp, draft_ms=1.0)
+    full = build_budget_tree(ids, lp, 255, 8)
+    capped = np.minimum(np.exp(full.logprobs) * planner.scale.alpha, 1.0)
+
+    def rate(m):
+        return (1 + capped[:m].sum()) / (1.0 + cost.at(m))
+
+    assert len(tree) in AUTO_SIZES
+    assert rate(len(tree)) >= max(rate(m) for m in AUTO_SIZES) - 1e-12
+    assert planner.predicted == pytest.approx(np.exp(full.logprobs[: len(tree)]).sum())
+    # uncapped, the scaled gain would be past the nodes' count and pick a wider tree
+    uncapped, _ = choose_budget(full.logprobs, cost, 1.0, planner.scale.alpha)
+    assert uncapped >= len(tree)

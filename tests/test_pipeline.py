@@ -365,7 +365,8 @@ def test_repro_writes_every_declared_output(repro):
     assert {"prepare", "target", "head", "audit", "fit_law", "figures"} <= set(lock)
     assert {f"decode@{t}" for t in TASKS} <= set(lock)
     assert {f"sweep@{t}" for t in TASKS} | {"context@0", "context@16", "bench"} <= set(lock)
-    for png in ("law", "tree_vs_chain", "context", "budget", "verify_cost", "length", "host_share"):
+    pngs = ("law", "tree_vs_chain", "context", "budget", "verify_cost", "length", "host_share")
+    for png in (*pngs, "context_cost"):
         data = (repro / "figures" / f"{png}.png").read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
     # every written file has the mode a plain open() gives under the umask
@@ -670,21 +671,46 @@ def test_repro_bench_rows_agree_and_cost_curves(repro):
         "glance_tree",
         "glance_auto",
         "glance_extend",
+        "glance_best",
     )
     bench = json.loads((repro / "results" / "bench.json").read_text())
     assert set(bench["tasks"]) == {"docvqa", "chartqa"}
-    for rows in bench["tasks"].values():
+    assert bench["compared_with"] == "glance_auto"
+    for task, rows in bench["tasks"].items():
         assert tuple(rows) == ROWS
+        # glance_best is the sweep's fastest fixed budget on this task
+        sweep = json.loads((repro / "results" / "sweep" / task / "summary.json").read_text())
+        speed = {int(b): x["speedup"]["estimate"] for b, x in sweep["budgets"].items()}
+        assert bench["best_budget"][task] == max(speed, key=speed.get)
         for name, row in rows.items():
             # Lossless rows and the baseline decode the same tokens.
             assert row["same_output_as_hf_greedy"] == 2, name
             for window in ("end_to_end", "decode_only"):
-                sp = row[window]["speedup"]
-                assert sp["low"] <= sp["estimate"] <= sp["high"]
+                for key in ("speedup", "auto_over"):
+                    sp = row[window][key]
+                    assert sp["low"] <= sp["estimate"] <= sp["high"]
             assert row["peak_mib"] is None  # no allocator peak off CUDA
             assert (row["tau"] is None) == (
                 name in ("hf_greedy", "hf_prompt_lookup", "glance_greedy")
             )
+            # our own drafting rows: a share of the round-cost limit
+            assert ("efficiency" in row) == (row["tau"] is not None and name != "dflash_chain")
+            if "efficiency" in row:
+                e = row["efficiency"]
+                assert 0 < e["value"] <= 1.0 + 1e-9 and e["limit"] > 0
+                assert e["value"] == pytest.approx(e["speedup"] / e["limit"])
+        assert rows["glance_auto"]["decode_only"]["auto_over"]["estimate"] == pytest.approx(1.0)
+    cost = bench["context_cost"]
+    assert cost["lengths"] == [0, 16] and set(cost["rows"]) == {
+        "glance_greedy", "glance_chain", "glance_auto"
+    }  # fmt: skip
+    for points in cost["rows"].values():
+        assert [x["context"] for x in points] == [0, 16]
+        assert points[1]["prompt_tokens"] > points[0]["prompt_tokens"]
+        assert all(x["ms_per_token"] > 0 and x["verify_ms"] > 0 for x in points)
+    assert all(x["draft_ms"] == 0 for x in cost["rows"]["glance_greedy"])
+    csv = (repro / "results" / "context_cost.csv").read_text().splitlines()
+    assert csv[0].startswith("context,row,ms_per_token") and len(csv) == 1 + 3 * 2
     lc = bench["length_curve"]
     assert lc["lengths"] == [8, 24] == lc["new_tokens"] and len(lc["glance_tree"]) == 2
     budgets = [r["budget"] for r in bench["budget_curve"]["rows"]]
@@ -747,8 +773,13 @@ def test_the_arms_pipeline_runs_by_name_and_every_lossless_row_is_greedy(repro):
             x = rows[f"relaxed_{rule}"]
             assert x["lossy"] and x["divergence"]["prompts"] == n
             assert x["divergence"]["diverged"] == n - x["matches_baseline"]
-        for key in ("vs_eagle_tree", "vs_dflash_chain", "vs_two_model"):
-            for measure in ("tau", "speed_end_to_end", *(("speed",) * (key != "vs_dflash_chain"))):
+        for row in ("glance_auto", "eagle_best"):
+            assert rows[row]["matches_baseline"] == n and not rows[row]["lossy"]
+        keys = ("vs_eagle_tree", "vs_dflash_chain", "vs_two_model")
+        keys += ("auto_vs_eagle_best", "auto_vs_eagle_tree", "auto_vs_dflash_chain")
+        for key in keys:
+            foreign = key.endswith("dflash_chain")
+            for measure in ("tau", "speed_end_to_end", *(("speed",) * (not foreign))):
                 r = case[key][measure]
                 assert r["low"] <= r["estimate"] <= r["high"]
         # dflash's loop is timed end to end only: no decode-only figure, no mixed ratio
@@ -760,3 +791,16 @@ def test_the_arms_pipeline_runs_by_name_and_every_lossless_row_is_greedy(repro):
     ) == {4, 8}
     assert (repro / "figures" / "arms_context.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "(lossy)" in (repro / "results" / "arms.md").read_text()
+    assert "Each system at its best" in (repro / "results" / "arms.md").read_text()
+    # torch.compile, measured: every row eager and compiled decodes greedy's tokens
+    compiled = json.loads((repro / "results" / "compile.json").read_text())
+    assert set(compiled["rows"]) == {
+        f"{row}{mode}" for row in ("hf_greedy", "glance_greedy", "glance_auto")
+        for mode in ("", "_compiled")
+    }  # fmt: skip
+    for name, x in compiled["rows"].items():
+        assert x["same_as_eager_greedy"] == compiled["n"], name
+        if name.endswith("_compiled"):
+            assert x["same_as_compiled_greedy"] == compiled["n"] and x["warmup_s"] > 0
+            sp = x["speed_over_eager"]
+            assert sp["low"] <= sp["estimate"] <= sp["high"]

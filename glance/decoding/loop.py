@@ -404,7 +404,7 @@ class Options:
     """
 
     max_new_tokens: int
-    budget: int | str = 63
+    budget: int | str = "auto"
     stop_token_ids: object = None
     timing: str = "decode_only"
     sampling: Sampling = GREEDY
@@ -584,7 +584,8 @@ def commit(cache: KVCache, drafter: Drafter, hidden_states, path: np.ndarray, at
 
 
 def measure_verify_cost(target, cache: KVCache, at: Cursor, repeats: int = 3) -> VerifyCost:
-    """The target's verify-pass milliseconds at each size in ``AUTO_SIZES``.
+    """The target's verify-lap milliseconds (the pass and the walk's argmax)
+    at each size in ``AUTO_SIZES``.
 
     Measured on the live cache of a request, which is cropped back after every
     pass, so the request's output is untouched. Each size takes the fastest of
@@ -606,7 +607,7 @@ def measure_verify_cost(target, cache: KVCache, at: Cursor, repeats: int = 3) ->
             best = float("inf")
             for _ in range(repeats):
                 t0 = clock()
-                verify(target, cache, inputs)
+                verify(target, cache, inputs).logits[0].argmax(dim=-1).cpu()  # as the walk reads it
                 best = min(best, clock() - t0)
                 cache.crop(at.length)
             times.append(best * 1e3)
@@ -615,8 +616,24 @@ def measure_verify_cost(target, cache: KVCache, at: Cursor, repeats: int = 3) ->
 
 class _Planner:
     """The round's tree from a proposal: the budget tree, or with
-    ``budget="auto"`` the first ``N`` nodes of the largest one, ``N`` chosen
-    from the measured verify cost and the draft's expected gain."""
+    ``budget="auto"`` the first ``N`` nodes of the largest one.
+
+    The ``"auto"`` model, per round:
+
+    * **Gain.** Under the head's marginals a node is accepted with its path
+      probability ``p_i``. Heads are miscalibrated, so each is scaled by
+      ``alpha`` (accepted over predicted tokens in this call's rounds so far,
+      :class:`~glance.core.budget.AcceptanceScale`) and capped at 1, since a
+      node is accepted at most once. The first ``N`` nodes of the best-first
+      tree are the budget-``N`` tree, so its expected accepted length is
+      ``A(N) = sum_{i <= N} min(1, alpha * p_i)``.
+    * **Cost.** The draft pass's time plus ``cost.at(N)``: the verify pass at
+      ``N`` nodes, measured on this machine (or a fixed table, which for the
+      toy also holds the round's host work at that size).
+    * **Choice.** The ``N`` on the cost's grid that maximises expected tokens
+      per millisecond, ``(1 + A(N)) / (draft + cost.at(N))``
+      (:func:`~glance.core.budget.choose_budget`).
+    """
 
     def __init__(self, budget, cost: VerifyCost | None):
         self.budget, self.cost = budget, cost
@@ -644,7 +661,9 @@ class _Planner:
         if self.cost is None:
             return search_tree(ids, logprobs, self.budget)
         full = search_tree(ids, logprobs, self.cost.sizes[-1])
-        size, self.predicted = choose_budget(full.logprobs, self.cost, draft_ms, self.scale.alpha)
+        calibrated = np.minimum(full.logprobs + np.log(self.scale.alpha), 0.0)
+        size, _ = choose_budget(calibrated, self.cost, draft_ms)
+        self.predicted = float(np.exp(full.logprobs[:size]).sum())
         return first_nodes(full, size)
 
     def learn(self, accepted: int) -> None:
@@ -770,7 +789,7 @@ def generate(
     input_ids: torch.Tensor,
     max_new_tokens: int,
     *,
-    budget: int | str = 63,
+    budget: int | str = "auto",
     branch_k: int = 8,
     positions=None,
     stop_token_ids=None,
@@ -795,10 +814,12 @@ def generate(
         input_ids: ``(1, n)`` prompt ids, ``torch.int64`` or ``torch.int32``
             (any other dtype raises ``TypeError``).
         max_new_tokens: exact cap on new tokens, ``>= 1``.
-        budget: tree nodes verified per round (besides the root), ``1..MAX_BUDGET``
-            (4095; larger raises ``ValueError`` before anything is allocated); or
-            ``"auto"``: each round picks its size from the target's measured
-            verify cost and the draft's expected gain (``glance.core.budget``).
+        budget: ``"auto"`` (the default): each round picks its tree size from
+            the target's verify cost, measured on this machine, and the draft's
+            expected gain (the model is in ``_Planner``'s docstring); a drafter
+            that grows its own tree needs an int. Or an int: tree nodes
+            verified per round (besides the root), ``1..MAX_BUDGET`` (4095;
+            larger raises ``ValueError`` before anything is allocated).
         branch_k: candidates per block offset, ``>= 1``.
         positions: :class:`~glance.targets.vl.VisionPositions` for a VL prompt with an
             image; ``None`` means :class:`~glance.targets.vl.StreamPositions`.

@@ -18,6 +18,7 @@ round against one token, until a round feeds the assistant nothing and it fails.
 from __future__ import annotations
 
 __all__ = [
+    "PAIRS",
     "arms_cases",
     "arms_header",
     "arms_models",
@@ -30,26 +31,51 @@ __all__ = [
 ]
 
 
-def arms_rows(budget: int, branch_k: int, width: int, depth: int, rules, chain_depth: int) -> dict:
+def arms_rows(
+    budget: int,
+    branch_k: int,
+    width: int,
+    depth: int,
+    rules,
+    chain_depth: int,
+    *,
+    eagle_best: int | None = None,
+) -> dict:
     """The arms' rows (:class:`~glance.experiments.rows.Row`) by name: greedy,
     GLANCE, the EAGLE-style tree (``width`` expanded per depth, ``depth``
     deep), dflash's chain, the two-model chain (``chain_depth`` a round), and
-    GLANCE walked with each LOSSY rule of ``rules``; every tree at ``budget`` nodes."""
+    GLANCE walked with each LOSSY rule of ``rules``; every tree at ``budget``
+    nodes. Then each system at its own best: ``glance_auto`` (GLANCE's
+    default, ``budget="auto"``) and, when ``eagle_best`` is given, the
+    EAGLE-style tree at that budget as ``eagle_best``."""
     from glance.experiments.rows import Row
 
     tree = {"budget": budget, "branch_k": branch_k}
+    eagle = {"accept": "exact", "width": width, "depth": depth}
     rows = {
         "greedy": Row("ar"),
         "glance": Row("glance", "greedy", options={**tree, "accept": "exact"}),
-        "eagle": Row(
-            "eagle", "greedy", options={**tree, "accept": "exact", "width": width, "depth": depth}
-        ),
+        "eagle": Row("eagle", "greedy", options={**tree, **eagle}),
         "dflash_chain": Row("dflash_chain", "greedy"),
         "two_model": Row("two_model", "greedy", options={"depth": chain_depth}),
     }
     for rule in rules:
         rows[f"relaxed_{rule}"] = Row("relaxed", "greedy", options={**tree, "accept": rule})
+    rows["glance_auto"] = Row("glance", "greedy", options={**tree, "budget": "auto"})
+    if eagle_best is not None:
+        rows["eagle_best"] = Row("eagle", "greedy", options={**eagle, "budget": int(eagle_best)})
     return rows
+
+
+#: GLANCE against each peer in :func:`summarise`: (GLANCE's row, the peer's row, key)
+PAIRS = (
+    ("glance", "eagle", "vs_eagle_tree"),
+    ("glance", "dflash_chain", "vs_dflash_chain"),
+    ("glance", "two_model", "vs_two_model"),
+    ("glance_auto", "eagle_best", "auto_vs_eagle_best"),
+    ("glance_auto", "eagle", "auto_vs_eagle_tree"),
+    ("glance_auto", "dflash_chain", "auto_vs_dflash_chain"),
+)
 
 
 def diverge(models, prompt, runs: dict, lossy) -> None:
@@ -81,8 +107,8 @@ def divergence_summary(calls: list[dict]) -> dict:
 def summarise(runs: dict, seed: int, resamples: int, lossy: set) -> dict:
     """Per row: the summary of ``glance.experiments.results`` in the decode-only
     window (prefill excluded), with ``end_to_end`` the same in the whole call's
-    window; GLANCE against EAGLE, dflash's chain and the two-model chain, tau
-    and speed, each with a paired interval. Every speed ratio takes both of its
+    window; GLANCE against each peer of :data:`PAIRS` present, tau and speed,
+    each with a paired interval. Every speed ratio takes both of its
     times in one window: a foreign loop (dflash's chain) times only the whole
     call, so it has no decode-only figures and is compared end to end only."""
     from glance.core.metrics import drop_warmup
@@ -106,14 +132,15 @@ def summarise(runs: dict, seed: int, resamples: int, lossy: set) -> dict:
         if row in lossy:
             s["divergence"] = divergence_summary(calls)
         out["rows"][row] = s
-    others = (("eagle", "vs_eagle_tree"), ("dflash_chain", "vs_dflash_chain"))
-    for other, key in (*others, ("two_model", "vs_two_model")):
+    for ours, other, key in PAIRS:
+        if ours not in m or other not in m:
+            continue
         out[key] = {
-            "tau": tau_ratio(m["glance"], m[other], seed, resamples),
-            "speed_end_to_end": speed_ratio(wall[other], wall["glance"], seed, resamples),
+            "tau": tau_ratio(m[ours], m[other], seed, resamples),
+            "speed_end_to_end": speed_ratio(wall[other], wall[ours], seed, resamples),
         }
         if other not in foreign:
-            out[key]["speed"] = speed_ratio(m[other], m["glance"], seed, resamples)
+            out[key]["speed"] = speed_ratio(m[other], m[ours], seed, resamples)
     return out
 
 

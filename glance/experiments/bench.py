@@ -7,11 +7,15 @@ aggregates with :func:`glance.experiments.results.bench_summary`.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 
 
-def bench_rows(cfg, extend: int) -> dict:
-    """The bench's rows (:class:`glance.experiments.rows.Row`) by name."""
+def bench_rows(cfg, extend: int, best: int | None = None) -> dict:
+    """The bench's rows (:class:`glance.experiments.rows.Row`) by name;
+    ``glance_best`` (GLANCE at ``best``, the task's best fixed budget in its
+    sweep) when ``best`` is given."""
     from glance.experiments.rows import Row
     from glance.experiments.settings import decode_settings
 
@@ -28,7 +32,25 @@ def bench_rows(cfg, extend: int) -> dict:
         "glance_auto": Row("glance", options={**tree, "budget": "auto"}),
         "glance_extend": Row("glance", options={**tree, "extend_budget": extend}),
     }
+    if best is not None:
+        rows["glance_best"] = Row("glance", options={**tree, "budget": int(best)})
     return rows if extend else {k: v for k, v in rows.items() if k != "glance_extend"}
+
+
+def best_budget(cfg, task: str) -> int:
+    """The fixed budget with the highest speedup in ``task``'s sweep
+    (``results/sweep/<task>/summary.json``); exits naming the file when the
+    sweep has not run or holds no budget."""
+    from glance.pipeline.files import read_json
+
+    path = Path(cfg.paths.results) / "sweep" / task / "summary.json"
+    try:
+        budgets = read_json(path, f"run the sweep first: dvc repro sweep@{task}").get("budgets")
+    except (FileNotFoundError, ValueError) as err:
+        raise SystemExit(str(err)) from None
+    if not budgets:
+        raise SystemExit(f"{path}: 'budgets' is empty; expected the sweep's fixed budgets")
+    return int(max(budgets, key=lambda b: budgets[b]["speedup"]["estimate"]))
 
 
 def bench_inputs(cfg) -> list:
@@ -143,6 +165,55 @@ def budget_curve(session) -> dict:
     return {"task": task.name, "rows": rows}
 
 
+#: the context cost curve's rows: greedy, the chain, and GLANCE as a user gets it
+CONTEXT_ROWS = ("glance_greedy", "glance_chain", "glance_auto")
+
+
+def context_cost(session) -> dict:
+    """Per context length of ``context_sweep.lengths`` (filler tokens before
+    the question, on ``context_sweep.task``): each of :data:`CONTEXT_ROWS`'s
+    ms per token (``decode_only``, pooled over ``bench.cost_n`` prompts after a
+    warm-up) and its round split into draft, verify (the target pass and the
+    walk) and host ms per round (a greedy step is all verify), with tau.
+    A length whose prompts and answers do not fit the target's positions is
+    skipped, and ``skipped`` names it."""
+    from glance.experiments.rows import Row, run
+    from glance.pipeline.app import task_by_name
+
+    cfg = session.cfg
+    task = task_by_name(cfg.context_sweep.task)
+    rows = {
+        "glance_greedy": Row("ar"),
+        "glance_chain": Row("chain"),
+        "glance_auto": Row("glance", options={"budget": "auto", "branch_k": int(cfg.branch_k)}),
+    }
+    room = session.target.config.get_text_config().max_position_embeddings
+    out = {"task": task.name, "n": int(cfg.bench.cost_n), "lengths": [], "skipped": [], "rows": {}}
+    out["rows"] = {name: [] for name in rows}
+    for context in (int(c) for c in cfg.context_sweep.lengths):
+        prompts = session.prompts(task, int(cfg.bench.cost_n) + 1, context=context)
+        if any(p.ids.shape[1] + p.max_new > room for p in prompts):
+            out["skipped"].append(context)
+            continue
+        out["lengths"].append(context)
+        for name, row in rows.items():
+            stats = [run(row, session.models, p)["stats"] for p in prompts][1:]
+            rounds = [r for st in stats for r in st.rounds]
+            tokens = sum(st.new_tokens for st in stats)
+            out["rows"][name].append(
+                {
+                    "context": context,
+                    "prompt_tokens": int(np.mean([p.ids.shape[1] for p in prompts[1:]])),
+                    "ms_per_token": sum(st.ms_per_token * st.new_tokens for st in stats) / tokens,
+                    "tau": sum(r.committed for r in rounds) / len(rounds),
+                    "draft_ms": float(np.mean([r.draft_ms for r in rounds])),
+                    "verify_ms": float(np.mean([r.verify_ms for r in rounds])),
+                    "host_ms": float(np.mean([r.host_ms for r in rounds])),
+                }
+            )
+    return out
+
+
 def bench_header(cfg, session, rows: dict) -> dict:
     """``bench.json``'s settings and its definitions of the windows."""
     from glance.experiments.settings import decode_settings
@@ -162,6 +233,8 @@ def bench_header(cfg, session, rows: dict) -> dict:
             "(median of 3 target.generate calls for one token)",
         },
         "peak_memory": "CUDA allocator peak above the call's start; null off CUDA",
+        "compared_with": "glance_auto",
+        "best_budget": {},
         "tasks": {},
     }
 
@@ -199,8 +272,16 @@ def bench_tables(result: dict) -> dict:
     length += [
         f"{n},{t:.6g},{g:.6g},{r:.6g}" for n, t, g, r in zip(*(lc[k] for k in keys), strict=True)
     ]
+    context = ["context,row,ms_per_token,tau,draft_ms,verify_ms,host_ms"]
+    for row, points in result["context_cost"]["rows"].items():
+        context += [
+            f"{x['context']},{row},{x['ms_per_token']:.6g},{x['tau']:.6g},{x['draft_ms']:.6g},"
+            f"{x['verify_ms']:.6g},{x['host_ms']:.6g}"
+            for x in points
+        ]
     return {
         "bench.md": bench_markdown(result),
         "verify_cost.csv": "\n".join(cost) + "\n",
         "length_curve.csv": "\n".join(length) + "\n",
+        "context_cost.csv": "\n".join(context) + "\n",
     }

@@ -24,17 +24,18 @@ OUTPUTS = ("results", "figures", "notebooks", "data", "models")
 #: a field whose value is a measured time, or a ratio or summary of times
 TIMING = re.compile(
     r"(^|_)(ms|seconds|s|speedup|speed|per_s|time|e2e|decode|latency)(_|$)"
-    r"|ms_per|tokens_per|_ms$|^speed|over hf_greedy|glance_tree over|ms/token|tokens/s"
+    r"|ms_per|tokens_per|_ms$|^speed|over hf_greedy|auto over|efficiency|ms/token|tokens/s"
     r"|host_share|_over$|^glance_(tree|greedy)$"
+    r"|^best_budget$|^(glance|eagle)_best$|^auto_vs_eagle_best$"  # the fastest budget: a timing
 )
 
 #: files drawn wholly or partly from timings: compared only where JSON or
 #: Markdown tables let the timing columns be left out
 TIMED_FILES = re.compile(
-    r"figures/(verify_cost|length|host_share|budget|tree_vs_chain|context|arms_context)\.png$"
+    r"figures/(verify_cost|length|host_share|budget|tree_vs_chain|context|context_cost|arms_context)\.png$"
     r"|notebooks/(results|arms)\.ipynb$|results/(bench|arms|claims)\.md$|results/verify_cost\.csv$"
     r"|results/train/[^/]+/plots/metrics/.*tokens_per_second\.tsv$"
-    r"|results/length_curve\.csv$|results/sweep/[^/]+/curve\.csv$|results/main_table\.md$|results/sampling_table\.md$"
+    r"|results/length_curve\.csv$|results/context_cost\.csv$|results/sweep/[^/]+/curve\.csv$|results/main_table\.md$|results/sampling_table\.md$"
 )
 
 

@@ -17,8 +17,14 @@ import numpy as np
 
 from glance._io import atomic_write_text
 
+#: the bench's row for GLANCE as a user gets it by default (``budget="auto"``),
+#: against which every other row is compared
+DEFAULT_ROW = "glance_auto"
+
 __all__ = [
+    "DEFAULT_ROW",
     "bench_summary",
+    "efficiency",
     "read_rounds",
     "regime",
     "speed_ratio",
@@ -181,8 +187,10 @@ def bench_summary(runs: dict, prefill: list, seed: int, resamples: int) -> dict:
     is the warm-up. Per row, one aggregation: pooled time over pooled tokens, in both windows
     (``end_to_end``: the whole call; ``decode_only``: minus the prompt's
     prefill). Speedups are ratios of pooled times with paired bootstrap
-    intervals over prompts: each row over ``hf_greedy``, and ``glance_tree``
-    over each row."""
+    intervals over prompts: each row over ``hf_greedy``, and GLANCE's default
+    row (:data:`DEFAULT_ROW`, ``budget="auto"``) over each row (``auto_over``).
+    Each of our own drafting rows also gets its ``efficiency``
+    (:func:`efficiency`)."""
     from glance.core.metrics import drop_warmup, paired_bootstrap, pooled_tau
 
     def interval(base, method):
@@ -218,6 +226,43 @@ def bench_summary(runs: dict, prefill: list, seed: int, resamples: int) -> dict:
                 "ms_per_token": total / tokens,
                 "tokens_per_s": 1e3 * tokens / total,
                 "speedup": interval(ms["hf_greedy"], ms[row]),
-                "glance_tree_over": interval(ms[row], ms["glance_tree"]),
+                "auto_over": interval(ms[row], ms[DEFAULT_ROW]),
             }
+        if drafted and cs[0].get("verify_ms") is not None and "glance_greedy" in calls:
+            out[row]["efficiency"] = efficiency(
+                cs,
+                windows["decode_only"][row],
+                calls["glance_greedy"],
+                windows["decode_only"]["glance_greedy"],
+            )
     return out
+
+
+def efficiency(calls: list, ms: list, greedy: list, greedy_ms: list) -> dict:
+    """How much of the round-cost limit a drafting row reaches, in the
+    ``decode_only`` window.
+
+    The limit is the speedup over our own greedy loop if drafting and host work
+    were free: ``tau * t_step / t_verify``, where ``t_step`` is the greedy loop's
+    ms per token and ``t_verify`` the row's mean verify lap (the target pass
+    and the walk) per round. ``value`` is the measured speedup over the greedy
+    loop divided by that limit, which equals the verify laps' share of the
+    decode window. Returns ``value``, ``limit``, ``speedup``, ``t_step``,
+    ``t_verify`` (ms) and ``tau``."""
+    tokens = sum(c["new_tokens"] for c in calls)
+    committed = sum(c["rounds"][0] for c in calls)
+    rounds = sum(c["rounds"][1] for c in calls)
+    t_step = float(np.sum(greedy_ms)) / sum(c["new_tokens"] for c in greedy)
+    t_row = float(np.sum(ms)) / tokens
+    t_verify = sum(c["verify_ms"] for c in calls) / rounds
+    tau = committed / rounds
+    limit = tau * t_step / t_verify
+    speedup = t_step / t_row
+    return {
+        "value": speedup / limit,
+        "limit": limit,
+        "speedup": speedup,
+        "t_step": t_step,
+        "t_verify": t_verify,
+        "tau": tau,
+    }

@@ -60,7 +60,9 @@ def timed_run(row, models, prompt) -> dict:
     """:func:`glance.experiments.rows.run` timed from outside, the device
     synchronised: the new ``ids``, wall ``ms`` (prefill included),
     ``new_tokens``, tau's counts as ``rounds`` (``(committed, rounds)`` or
-    ``None``) and ``peak_mib`` (CUDA only)."""
+    ``None``), ``peak_mib`` (CUDA only) and ``verify_ms``: the call's
+    verify laps summed (the target pass and the walk; every step of a greedy
+    loop), or ``None`` for a foreign loop, whose rounds are not timed."""
     import torch
 
     device = models.target.device
@@ -68,12 +70,20 @@ def timed_run(row, models, prompt) -> dict:
     def call():
         record = run(row, models, prompt)
         counts = None if record["rounds"] is None else (record["committed"], record["rounds"])
-        return record["ids"], counts
+        return record["ids"], counts, record.get("stats")
 
     with torch.inference_mode():
         sync(device)
         start = time.perf_counter()
-        (new, rounds), mib = peak_memory(device, call)
+        (new, rounds, stats), mib = peak_memory(device, call)
         sync(device)
         ms = (time.perf_counter() - start) * 1e3
-    return {"ids": new, "ms": ms, "new_tokens": len(new), "rounds": rounds, "peak_mib": mib}
+    verify = None if stats is None else float(sum(r.verify_ms for r in stats.rounds))
+    return {
+        "ids": new,
+        "ms": ms,
+        "new_tokens": len(new),
+        "rounds": rounds,
+        "peak_mib": mib,
+        "verify_ms": verify,
+    }

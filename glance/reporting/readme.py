@@ -38,7 +38,8 @@ def speed_table(bench: dict, table: str) -> str:
     if "peak_memory" in bench:
         head += f"; peak memory: {bench['peak_memory']}"
     head += ". Speedups are ratios of pooled times, against transformers' greedy `generate`"
-    head += " and for `glance_tree` over each row, with 95% paired-bootstrap intervals"
+    head += ' and for `glance_auto` (the library\'s default, `budget="auto"`) over each row,'
+    head += " with 95% paired-bootstrap intervals"
     head += " over prompts.\n\n"
     return head + table
 

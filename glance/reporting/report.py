@@ -286,6 +286,61 @@ def cost_curves(plt, bench: dict, figures, meta: dict | None = None) -> None:
     )
     save_figure(fig, figures / "host_share.png")
     plt.close(fig)
+    if bench.get("context_cost", {}).get("lengths"):
+        context_cost_figure(plt, bench["context_cost"], figures / "context_cost.png", line)
+
+
+def context_cost_figure(plt, cost: dict, path, line: str) -> None:
+    """``context_cost.png``: ms per token of each row against context length
+    (left), and each drafting row's round split into draft, verify and host ms
+    (right, stacked)."""
+    lengths = cost["lengths"]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.6))
+    for row, points in cost["rows"].items():
+        left.plot(lengths, [x["ms_per_token"] for x in points], "o-", label=row)
+    left.set_xlabel("extra context tokens")
+    left.set_ylabel("ms per token (decode_only, pooled)")
+    left.set_ylim(bottom=0)
+    left.legend(fontsize=7)
+    drafting = [row for row in cost["rows"] if row != "glance_greedy"]
+    width = 0.8 / max(len(drafting), 1)
+    x = np.arange(len(lengths))
+    for j, row in enumerate(drafting):
+        points = cost["rows"][row]
+        bottom = np.zeros(len(lengths))
+        for part, color in (
+            ("draft_ms", "tab:orange"),
+            ("verify_ms", "tab:blue"),
+            ("host_ms", "0.6"),
+        ):
+            values = np.array([p[part] for p in points])
+            right.bar(
+                x + j * width,
+                values,
+                width,
+                bottom=bottom,
+                color=color,
+                edgecolor="k",
+                lw=0.4,
+                label=part.removesuffix("_ms") if j == 0 else None,
+            )
+            bottom += values
+        for i in range(len(lengths)):
+            right.text(
+                x[i] + j * width,
+                bottom[i],
+                row.removeprefix("glance_"),
+                ha="center",
+                va="bottom",
+                fontsize=6,
+            )
+    right.set_xticks(x + width * (len(drafting) - 1) / 2, [str(n) for n in lengths])
+    right.set_xlabel("extra context tokens")
+    right.set_ylabel("ms per round (mean)")
+    right.legend(fontsize=7, loc="upper left")
+    fig.suptitle(f"cost against context ({cost['task']})\n{line}", fontsize=8)
+    save_figure(fig, path)
+    plt.close(fig)
 
 
 def law_panel(plt, law: dict, cap: int, path, meta: dict | None = None) -> None:
@@ -534,6 +589,26 @@ def arms_markdown(result: dict) -> str:
             f"{_interval(e['speed_end_to_end'])} | {_interval(d['speed_end_to_end'])} | "
             f"{_interval(t['speed'])} | {_interval(t['speed_end_to_end'])} |"
         )
+    if all("auto_vs_eagle_best" in c for c in cases.values()):
+        best = result.get("budget_sweep", {}).get("eagle", {}).get("best_budget")
+        lines += [
+            "",
+            'Each system at its best: GLANCE\'s default (`glance_auto`, budget="auto") over '
+            f"the EAGLE-style head at its own fastest budget (`eagle_best`, N={best}), at the "
+            "equal budget, and over dflash's chain (above 1: GLANCE ahead):",
+            "",
+            "| case | tau / EAGLE best | speed / EAGLE best, decode | speed / EAGLE best, end "
+            "to end | speed / EAGLE equal budget, decode | speed / EAGLE equal budget, end to "
+            "end | speed / dflash chain, end to end |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for case, c in cases.items():
+            b, e, d = c["auto_vs_eagle_best"], c["auto_vs_eagle_tree"], c["auto_vs_dflash_chain"]
+            lines.append(
+                f"| {case} | {_interval(b['tau'])} | {_interval(b['speed'])} | "
+                f"{_interval(b['speed_end_to_end'])} | {_interval(e['speed'])} | "
+                f"{_interval(e['speed_end_to_end'])} | {_interval(d['speed_end_to_end'])} |"
+            )
     lines += [
         "",
         "Lossy rules, pooled: outputs that left greedy, and at the first token where each "
@@ -643,26 +718,62 @@ def _x(sp: dict) -> str:
 
 
 def bench_markdown(result: dict) -> str:
-    """The bench's table (``results/bench.md``): one row per task and system.
-    Pooled over prompts (total time over total tokens); ``e2e``: the whole
-    call, prefill included; ``decode``: minus the prompt's time to first token.
-    Intervals: 95% paired BCa bootstrap over prompts."""
+    """The bench's tables (``results/bench.md``): one row per task and system,
+    then the context cost curve. Pooled over prompts (total time over total
+    tokens); ``e2e``: the whole call, prefill included; ``decode``: minus the
+    prompt's time to first token. ``auto over row``: ``glance_auto``'s speedup
+    over the row. ``efficiency``: the row's speedup over ``glance_greedy``
+    over its round-cost limit (decode window). Intervals: 95% paired BCa
+    bootstrap over prompts."""
     memory = any(
         x["peak_mib"] is not None for rows in result["tasks"].values() for x in rows.values()
     )
     head = "| task | row | tau | tokens/s e2e | ms/token e2e | ms/token decode "
-    head += "| over hf_greedy, e2e | over hf_greedy, decode | glance_tree over row, e2e |"
-    lines = [head + (" peak MiB |" if memory else ""), "|---" * (9 + memory) + "|"]
+    head += "| over hf_greedy, e2e | over hf_greedy, decode "
+    head += "| auto over row, e2e | auto over row, decode | efficiency |"
+    lines = [head + (" peak MiB |" if memory else ""), "|---" * (11 + memory) + "|"]
     for task, rows in result["tasks"].items():
         for row, x in rows.items():
             e2e, dec = x["end_to_end"], x["decode_only"]
             tau = f"{x['tau']:.2f}" if x["tau"] is not None else ""
+            name = row
+            if row == "glance_best" and task in result.get("best_budget", {}):
+                name = f"glance_best (N={result['best_budget'][task]})"
+            eff = f"{x['efficiency']['value']:.2f}" if x.get("efficiency") else ""
             line = (
-                f"| {task} | {row} | {tau} | {e2e['tokens_per_s']:.1f} | {e2e['ms_per_token']:.3f} "
-                f"| {dec['ms_per_token']:.3f} | {_x(e2e['speedup'])} | {_x(dec['speedup'])} "
-                f"| {_x(e2e['glance_tree_over'])} |"
+                f"| {task} | {name} | {tau} | {e2e['tokens_per_s']:.1f} "
+                f"| {e2e['ms_per_token']:.3f} | {dec['ms_per_token']:.3f} "
+                f"| {_x(e2e['speedup'])} | {_x(dec['speedup'])} "
+                f"| {_x(e2e['auto_over'])} | {_x(dec['auto_over'])} "
+                f"| {eff} |"
             )
             if memory:
                 line += f" {x['peak_mib']:.1f} |" if x["peak_mib"] is not None else " |"
             lines.append(line)
+    return "\n".join(lines) + "\n" + context_cost_markdown(result.get("context_cost"))
+
+
+def context_cost_markdown(cost: dict | None) -> str:
+    """The context cost curve as a table: per context length and row, ms per
+    token (decode window), tau, and the round's draft, verify and host ms."""
+    if not cost or not cost.get("lengths"):
+        return ""
+    lines = [
+        "",
+        f"Cost against context ({cost['task']}, {cost['n']} prompts after a warm-up, "
+        "decode window; verify: the target pass and the walk; a greedy step is all verify):",
+        "",
+        "| context | prompt tokens | row | tau | ms/token | draft ms | verify ms | host ms |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for i, context in enumerate(cost["lengths"]):
+        for row, points in cost["rows"].items():
+            x = points[i]
+            lines.append(
+                f"| {context} | {x['prompt_tokens']} | {row} | {x['tau']:.2f} "
+                f"| {x['ms_per_token']:.3f} | {x['draft_ms']:.3f} | {x['verify_ms']:.3f} "
+                f"| {x['host_ms']:.3f} |"
+            )
+    if cost.get("skipped"):
+        lines += ["", f"Skipped (prompt and answer past the target's positions): {cost['skipped']}"]
     return "\n".join(lines) + "\n"
