@@ -396,3 +396,37 @@ def test_a_rounds_stop_reads_the_tree_it_walked():
     assert _stop(tree, np.array([0, 1, 3]), cap=3, committed=4) == "depth"
     assert _stop(tree, np.array([0, 1]), cap=7, committed=2) == "end"
     assert _stop(tree, np.array([], dtype=np.int64), cap=7, committed=1) == "rejection"
+
+
+@pytest.mark.parametrize("window", [1, 4, 16])
+def test_a_draft_window_keeps_the_output_and_bounds_the_heads_cache(world, window, monkeypatch):
+    """With ``draft_window`` the head attends to the latest positions only:
+    the drafts change, the output is greedy's, and the head's cache never
+    holds more than the window between passes."""
+    from glance.drafters.block import BlockDrafter
+
+    seen = []
+    propose = BlockDrafter.propose
+
+    def watch(self, *args):
+        out = propose(self, *args)
+        seen.append((len(self.cache), self.dropped))
+        return out
+
+    monkeypatch.setattr(BlockDrafter, "propose", watch)
+    out = glance.generate(
+        world.head, world.target, world.input_ids, N_NEW, positions=world.positions,
+        draft_window=window,
+    )  # fmt: skip
+    assert new_tokens(out, world) == expected(world)
+    assert seen and all(n <= window for n, _ in seen)
+    assert seen[-1][1] > 0  # positions were dropped: the prompt alone is past every window
+
+
+@pytest.mark.parametrize("bad", [0, -3, 2.5, True, "8"])
+def test_a_bad_draft_window_is_named(world, bad):
+    with pytest.raises(ValueError, match="draft_window must be None or an int >= 1"):
+        glance.generate(
+            world.head, world.target, world.input_ids, 4, positions=world.positions,
+            draft_window=bad,
+        )  # fmt: skip

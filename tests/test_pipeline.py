@@ -702,15 +702,16 @@ def test_repro_bench_rows_agree_and_cost_curves(repro):
         assert rows["glance_auto"]["decode_only"]["auto_over"]["estimate"] == pytest.approx(1.0)
     cost = bench["context_cost"]
     assert cost["lengths"] == [0, 16] and set(cost["rows"]) == {
-        "glance_greedy", "glance_chain", "glance_auto"
+        "glance_greedy", "glance_chain", "glance_auto", "glance_auto_window"
     }  # fmt: skip
     for points in cost["rows"].values():
         assert [x["context"] for x in points] == [0, 16]
+        assert all(x["same_as_greedy"] == cost["n"] for x in points)
         assert points[1]["prompt_tokens"] > points[0]["prompt_tokens"]
         assert all(x["ms_per_token"] > 0 and x["verify_ms"] > 0 for x in points)
     assert all(x["draft_ms"] == 0 for x in cost["rows"]["glance_greedy"])
     csv = (repro / "results" / "context_cost.csv").read_text().splitlines()
-    assert csv[0].startswith("context,row,ms_per_token") and len(csv) == 1 + 3 * 2
+    assert csv[0].startswith("context,row,ms_per_token") and len(csv) == 1 + 4 * 2
     lc = bench["length_curve"]
     assert lc["lengths"] == [8, 24] == lc["new_tokens"] and len(lc["glance_tree"]) == 2
     budgets = [r["budget"] for r in bench["budget_curve"]["rows"]]

@@ -16,7 +16,8 @@ __all__ = ["KVCache"]
 
 class KVCache:
     """A model's ``DynamicCache`` (``.inner``, passed as ``past_key_values``)
-    with the two edits speculative decoding needs: :meth:`crop` and :meth:`keep`."""
+    with the edits speculative decoding needs: :meth:`crop` and :meth:`keep`,
+    and :meth:`drop_oldest` for a drafter's context window."""
 
     def __init__(self, config):
         from transformers import DynamicCache
@@ -51,3 +52,11 @@ class KVCache:
         for layer in layers:
             layer.keys = layer.keys[..., : start + m, :]
             layer.values = layer.values[..., : start + m, :]
+
+    def drop_oldest(self, n: int) -> None:
+        """Drop the ``n`` oldest positions (a sliding window over the context);
+        the rest keep their rotary positions, which were applied when cached."""
+        if n > 0:
+            for layer in self.inner.layers:
+                layer.keys = layer.keys[..., n:, :]
+                layer.values = layer.values[..., n:, :]

@@ -633,6 +633,12 @@ class _Planner:
     * **Choice.** The ``N`` on the cost's grid that maximises expected tokens
       per millisecond, ``(1 + A(N)) / (draft + cost.at(N))``
       (:func:`~glance.core.budget.choose_budget`).
+
+    The search first builds the tree at the grid's third-largest size (63 on
+    ``AUTO_SIZES``) and builds the largest only when that size itself wins:
+    a round then pays for a 63-node search, not a 255-node one, and the
+    choice differs only where the rate rises again past a size that beat
+    every smaller one.
     """
 
     def __init__(self, budget, cost: VerifyCost | None):
@@ -660,9 +666,13 @@ class _Planner:
     def plan(self, ids: np.ndarray, logprobs: np.ndarray, draft_ms: float) -> CandidateTree:
         if self.cost is None:
             return search_tree(ids, logprobs, self.budget)
-        full = search_tree(ids, logprobs, self.cost.sizes[-1])
-        calibrated = np.minimum(full.logprobs + np.log(self.scale.alpha), 0.0)
-        size, _ = choose_budget(calibrated, self.cost, draft_ms)
+        sizes, shift = self.cost.sizes, np.log(self.scale.alpha)
+        for limit in (sizes[max(len(sizes) - 3, 0)], sizes[-1]):
+            full = search_tree(ids, logprobs, limit)
+            calibrated = np.minimum(full.logprobs + shift, 0.0)
+            size, _ = choose_budget(calibrated, self.cost, draft_ms)
+            if size < limit:  # the best is inside this tree: no need to search wider
+                break
         self.predicted = float(np.exp(full.logprobs[:size]).sum())
         return first_nodes(full, size)
 
@@ -802,6 +812,7 @@ def generate(
     extend_budget: int = 0,
     costs: VerifyCosts | None = None,
     accept: str = "exact",
+    draft_window: int | None = None,
 ):
     """Decode with a budget tree per round; at temperature 0, exactly greedy,
     and otherwise an exact sample of the target (see ``glance.decoding.sampling``).
@@ -844,6 +855,10 @@ def generate(
             each call measures them again.
         accept: ``"exact"`` (lossless). Any other value must name a LOSSY rule
             of ``glance.decoding.relaxed.RULES``; its output is not the target's.
+        draft_window: ``None`` (the head reads the whole context) or the most
+            context positions a DFlash head attends to (the latest ones), so its
+            pass costs the same at any context length; the output is unchanged.
+            Ignored for a drafter passed as ``head``.
 
     Returns:
         ``(1, n + new)`` token ids on the CPU, prompt included; with
@@ -862,7 +877,7 @@ def generate(
     if hasattr(head, "draft"):  # any drafter; a bare head gets the block drafter
         drafter = head
     else:
-        drafter = BlockDrafter(head, target, _count("branch_k", branch_k, 1))
+        drafter = BlockDrafter(head, target, _count("branch_k", branch_k, 1), draft_window)
         if extend_budget:
             check_head_extends(head)
     return speculate(

@@ -19,15 +19,25 @@ class BlockDrafter(TableDrafter):
     """A ``dflash.DFlashDraftModel`` head as a
     :class:`~glance.drafters.protocol.Drafter`: one head pass over ``[root,
     MASK x depth]`` fills every offset, reading the target's hidden states at
-    the head's kept layers. ``width=1`` is the chain."""
+    the head's kept layers. ``width=1`` is the chain.
 
-    def __init__(self, head, target, width: int):
+    ``window``: ``None`` (the head attends to the whole context), or the most
+    context positions the head keeps in its cache; older ones are dropped
+    after each pass, so a pass costs the same at any context length. The
+    drafts change, the output does not (the target verifies every token)."""
+
+    def __init__(self, head, target, width: int, window: int | None = None):
         check_head_fits(head, target)
+        if window is not None and (
+            isinstance(window, bool) or not isinstance(window, int) or window < 1
+        ):
+            raise ValueError(f"draft_window must be None or an int >= 1; got {window!r}")
         self.head, self.target, self.width = head, target, int(width)
         self.max_depth = int(head.block_size) - 1
         self.layer_ids = list(head.target_layer_ids)
         self.output = lm_head(target)
         self.cache = KVCache(head.config)
+        self.window, self.dropped = window, 0  # positions dropped from the cache's front
         self.context = None  # features not yet in the head's cache
         self._last = None  # the latest proposal: (root, length, top ids)
 
@@ -48,7 +58,11 @@ class BlockDrafter(TableDrafter):
             past_key_values=self.cache.inner,
             use_cache=True,
         )
-        self.cache.crop(first + context.shape[1])
+        self.cache.crop(first + context.shape[1] - self.dropped)
+        if self.window is not None and len(self.cache) > self.window:
+            extra = len(self.cache) - self.window
+            self.cache.drop_oldest(extra)
+            self.dropped += extra
         return hidden[0]
 
     def _top(self, hidden: torch.Tensor, width: int):

@@ -165,16 +165,22 @@ def budget_curve(session) -> dict:
     return {"task": task.name, "rows": rows}
 
 
-#: the context cost curve's rows: greedy, the chain, and GLANCE as a user gets it
-CONTEXT_ROWS = ("glance_greedy", "glance_chain", "glance_auto")
+#: the context cost curve's rows: greedy, the chain, GLANCE as a user gets it,
+#: and GLANCE with the head reading only the latest :data:`DRAFT_WINDOW` positions
+CONTEXT_ROWS = ("glance_greedy", "glance_chain", "glance_auto", "glance_auto_window")
+
+#: the draft context window of the ``glance_auto_window`` row: the question and
+#: the answer so far on the toy tasks, without the filler before them
+DRAFT_WINDOW = 256
 
 
 def context_cost(session) -> dict:
     """Per context length of ``context_sweep.lengths`` (filler tokens before
     the question, on ``context_sweep.task``): each of :data:`CONTEXT_ROWS`'s
-    ms per token (``decode_only``, pooled over ``bench.cost_n`` prompts after a
-    warm-up) and its round split into draft, verify (the target pass and the
-    walk) and host ms per round (a greedy step is all verify), with tau.
+    outputs equal to greedy's (``same_as_greedy``), ms per token
+    (``decode_only``, pooled over ``bench.cost_n`` prompts after a warm-up) and
+    its round split into draft, verify (the target pass and the walk) and host
+    ms per round (a greedy step is all verify), with tau.
     A length whose prompts and answers do not fit the target's positions is
     skipped, and ``skipped`` names it."""
     from glance.experiments.rows import Row, run
@@ -187,8 +193,12 @@ def context_cost(session) -> dict:
         "glance_chain": Row("chain"),
         "glance_auto": Row("glance", options={"budget": "auto", "branch_k": int(cfg.branch_k)}),
     }
+    rows["glance_auto_window"] = Row(
+        "glance", options={**rows["glance_auto"].options, "draft_window": DRAFT_WINDOW}
+    )
     room = session.target.config.get_text_config().max_position_embeddings
-    out = {"task": task.name, "n": int(cfg.bench.cost_n), "lengths": [], "skipped": [], "rows": {}}
+    out = {"task": task.name, "n": int(cfg.bench.cost_n), "draft_window": DRAFT_WINDOW}
+    out |= {"lengths": [], "skipped": [], "rows": {}}
     out["rows"] = {name: [] for name in rows}
     for context in (int(c) for c in cfg.context_sweep.lengths):
         prompts = session.prompts(task, int(cfg.bench.cost_n) + 1, context=context)
@@ -196,13 +206,17 @@ def context_cost(session) -> dict:
             out["skipped"].append(context)
             continue
         out["lengths"].append(context)
+        greedy = None
         for name, row in rows.items():
-            stats = [run(row, session.models, p)["stats"] for p in prompts][1:]
+            runs = [run(row, session.models, p) for p in prompts][1:]
+            greedy = greedy or [r["ids"] for r in runs]
+            stats = [r["stats"] for r in runs]
             rounds = [r for st in stats for r in st.rounds]
             tokens = sum(st.new_tokens for st in stats)
             out["rows"][name].append(
                 {
                     "context": context,
+                    "same_as_greedy": sum(r["ids"] == g for r, g in zip(runs, greedy, strict=True)),
                     "prompt_tokens": int(np.mean([p.ids.shape[1] for p in prompts[1:]])),
                     "ms_per_token": sum(st.ms_per_token * st.new_tokens for st in stats) / tokens,
                     "tau": sum(r.committed for r in rounds) / len(rounds),

@@ -100,11 +100,10 @@ def compile_bench(session, task, n: int, seed: int, resamples: int) -> dict:
     greedy."""
     import numpy as np
     import torch
+    import torch._inductor.config as inductor
 
     from glance.core.metrics import paired_bootstrap
     from glance.experiments.timing import sync
-
-    import torch._inductor.config as inductor
 
     limit, simdlen = torch._dynamo.config.recompile_limit, inductor.cpp.simdlen
     torch._dynamo.config.recompile_limit = 64  # prefill, steps and trees: a few graphs each

@@ -761,10 +761,13 @@ def context_cost_markdown(cost: dict | None) -> str:
     lines = [
         "",
         f"Cost against context ({cost['task']}, {cost['n']} prompts after a warm-up, "
-        "decode window; verify: the target pass and the walk; a greedy step is all verify):",
+        "decode window; verify: the target pass and the walk; a greedy step is all verify; "
+        f"`glance_auto_window`: the head reads only the latest {cost.get('draft_window')} "
+        "context positions; = greedy: outputs equal to greedy's):",
         "",
-        "| context | prompt tokens | row | tau | ms/token | draft ms | verify ms | host ms |",
-        "|---|---|---|---|---|---|---|---|",
+        "| context | prompt tokens | row | tau | ms/token | draft ms | verify ms | host ms "
+        "| = greedy |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for i, context in enumerate(cost["lengths"]):
         for row, points in cost["rows"].items():
@@ -772,7 +775,7 @@ def context_cost_markdown(cost: dict | None) -> str:
             lines.append(
                 f"| {context} | {x['prompt_tokens']} | {row} | {x['tau']:.2f} "
                 f"| {x['ms_per_token']:.3f} | {x['draft_ms']:.3f} | {x['verify_ms']:.3f} "
-                f"| {x['host_ms']:.3f} |"
+                f"| {x['host_ms']:.3f} | {x.get('same_as_greedy', '')} |"
             )
     if cost.get("skipped"):
         lines += ["", f"Skipped (prompt and answer past the target's positions): {cost['skipped']}"]
