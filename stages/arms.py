@@ -29,6 +29,17 @@ from glance.pipeline.app import app, log, numerics_record, setup
 from glance.pipeline.files import write_set
 
 
+def arms_models(cfg, target):
+    """The arms' models, with the run's verify-cost book: ``budget="auto"``
+    rows plan with ``target.auto_cost`` as every other stage's do, rather than
+    timing the verify pass inside each call."""
+    from dataclasses import replace
+
+    from glance.experiments.settings import verify_costs
+
+    return replace(arms.arms_models(cfg, target), costs=verify_costs(cfg))
+
+
 @app
 def main(cfg) -> None:
     from glance.decoding.relaxed import RULES
@@ -40,7 +51,7 @@ def main(cfg) -> None:
             raise SystemExit(f"arms.rules[{i}]: expected one of {RULES}; got {rule!r}")
     setup(cfg)
     a = cfg.arms
-    s = open_session(cfg, lambda target: arms.arms_models(cfg, target), arms.arms_inputs(cfg))
+    s = open_session(cfg, lambda target: arms_models(cfg, target), arms.arms_inputs(cfg))
     shape = (int(a.budget), int(cfg.branch_k), int(a.width), int(a.depth))
     result, stat = arms.arms_header(cfg, s.target), (int(cfg.seed), int(cfg.decode.bootstrap))
     # each head's best budget first: the EAGLE-style head's joins the cases as eagle_best

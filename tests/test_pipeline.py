@@ -805,3 +805,9 @@ def test_the_arms_pipeline_runs_by_name_and_every_lossless_row_is_greedy(repro):
             assert x["same_as_compiled_greedy"] == compiled["n"] and x["warmup_s"] > 0
             sp = x["speed_over_eager"]
             assert sp["low"] <= sp["estimate"] <= sp["high"]
+    # the arms' auto rows plan with target.auto_cost, as the decode stage's do:
+    # same prompts, same trees, same tau
+    for task in ("docvqa", "chartqa"):
+        decoded = json.loads((repro / "results" / "decode" / task / "summary.json").read_text())
+        tau = decoded["systems"]["glance_auto"]["tau"]
+        assert arms["cases"][task]["rows"]["glance_auto"]["tau"] == pytest.approx(tau, abs=1e-12)
