@@ -29,21 +29,13 @@ from glance.pipeline.app import app, log, numerics_record, setup
 from glance.pipeline.files import write_set
 
 
-def arms_models(cfg, target):
-    """The arms' models, with the run's verify-cost book: ``budget="auto"``
-    rows plan with ``target.auto_cost`` as every other stage's do, rather than
-    timing the verify pass inside each call."""
-    from dataclasses import replace
-
-    from glance.experiments.settings import verify_costs
-
-    return replace(arms.arms_models(cfg, target), costs=verify_costs(cfg))
-
-
 @app
 def main(cfg) -> None:
+    from dataclasses import replace
+
     from glance.decoding.relaxed import RULES
     from glance.experiments.session import open_session
+    from glance.experiments.settings import verify_costs
     from glance.reporting.report import arms_figure, arms_markdown
 
     for i, rule in enumerate(cfg.arms.rules):  # before any model loads
@@ -51,7 +43,9 @@ def main(cfg) -> None:
             raise SystemExit(f"arms.rules[{i}]: expected one of {RULES}; got {rule!r}")
     setup(cfg)
     a = cfg.arms
-    s = open_session(cfg, lambda target: arms_models(cfg, target), arms.arms_inputs(cfg))
+    # the run's cost book: auto rows plan with target.auto_cost, as in every other stage
+    models = lambda target: replace(arms.arms_models(cfg, target), costs=verify_costs(cfg))  # noqa: E731
+    s = open_session(cfg, models, arms.arms_inputs(cfg))
     shape = (int(a.budget), int(cfg.branch_k), int(a.width), int(a.depth))
     result, stat = arms.arms_header(cfg, s.target), (int(cfg.seed), int(cfg.decode.bootstrap))
     # each head's best budget first: the EAGLE-style head's joins the cases as eagle_best
