@@ -1,6 +1,6 @@
-"""The README's numbers: every table is a block `python -m stages.readme` writes
-from results/ (or says where else its numbers come from, and is checked there),
-and the prose numbers that cite a file match it."""
+"""The numbers of the README and the docs pages: every table is a block
+`python -m stages.readme` writes from results/ (or says where else its numbers
+come from, and is checked there), and the prose numbers that cite a file match it."""
 
 import json
 import math
@@ -14,10 +14,13 @@ import yaml
 
 from glance.reporting.readme import blocks, law_table, render, speed_table
 from glance.toy.tasks import STYLES, TASKS, WRITABLE, make_example
+from stages.readme import documents
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
+WORLD = ROOT / "docs" / "world.md"
 RESULTS = ROOT / "results"
+DOCUMENTS = documents(ROOT)
 
 #: A number as the README writes one (signed, decimal, exponent, a trailing
 #: ``x``), but not a digit inside a name (Qwen3-VL, EAGLE-3, 8x8, 0.79M).
@@ -96,64 +99,99 @@ def test_speed_table_is_the_bench_table_under_what_bench_json_has():
     assert text.endswith("\n\n| task |\n|---|\n")
 
 
+def _name(path: Path) -> str:
+    return str(path.relative_to(ROOT))
+
+
 def test_every_number_in_a_generated_table_equals_its_source():
-    readme = README.read_text(encoding="utf-8")
     texts = blocks(RESULTS)
-    in_readme = defaultdict(list)
-    for i, line, block in table_lines(readme):
-        if block is not None:
-            in_readme[block].append((i, line))
-    problems = [
-        f"README.md has a block {name!r} that stages.readme does not write"
-        for name in set(in_readme) - set(texts)
-    ]
-    for name, text in texts.items():
-        fresh = [line for line in text.splitlines() if line.lstrip().startswith("|")]
-        have = in_readme.get(name, [])
-        if len(have) != len(fresh):
-            problems.append(
-                f"block {name}: README.md has {len(have)} table lines, results/ give {len(fresh)}"
-            )
-        for (i, line), want in zip(have, fresh, strict=False):
-            got, expected = numbers(line), numbers(want)
-            wrong = [(g, w) for g, w in zip(got, expected, strict=False) if g != w]
-            if wrong:
+    problems, placed = [], set()
+    for path in DOCUMENTS:
+        doc = path.read_text(encoding="utf-8")
+        found = defaultdict(list)
+        for i, line, block in table_lines(doc):
+            if block is not None:
+                found[block].append((i, line))
+        problems += [
+            f"{_name(path)} has a block {name!r} that stages.readme does not write"
+            for name in set(found) - set(texts)
+        ]
+        here = {k: v for k, v in texts.items() if f"<!-- {k}:start -->" in doc}
+        placed |= set(here)
+        for name, text in here.items():
+            fresh = [line for line in text.splitlines() if line.lstrip().startswith("|")]
+            have = found.get(name, [])
+            if len(have) != len(fresh):
                 problems.append(
-                    f"README.md:{i} ({name}): {wrong[0][0]} where results/ give "
-                    f"{wrong[0][1]}: {line.strip()}"
+                    f"block {name}: {_name(path)} has {len(have)} table lines, "
+                    f"results/ give {len(fresh)}"
                 )
-            elif len(got) != len(expected) or line != want:
-                problems.append(
-                    f"README.md:{i} ({name}): the line differs from results/: "
-                    f"{line.strip()} != {want.strip()}"
-                )
-    assert not problems, "README tables are stale (python -m stages.readme):\n" + "\n".join(
+            for (i, line), want in zip(have, fresh, strict=False):
+                got, expected = numbers(line), numbers(want)
+                wrong = [(g, w) for g, w in zip(got, expected, strict=False) if g != w]
+                if wrong:
+                    problems.append(
+                        f"{_name(path)}:{i} ({name}): {wrong[0][0]} where results/ give "
+                        f"{wrong[0][1]}: {line.strip()}"
+                    )
+                elif len(got) != len(expected) or line != want:
+                    problems.append(
+                        f"{_name(path)}:{i} ({name}): the line differs from results/: "
+                        f"{line.strip()} != {want.strip()}"
+                    )
+        assert render(doc, here) == doc, f"{_name(path)}: blocks are stale: python -m stages.readme"
+    problems += [f"no document holds the block {name!r}" for name in set(texts) - placed]
+    assert not problems, "generated tables are stale (python -m stages.readme):\n" + "\n".join(
         problems
     )
-    assert render(readme, texts) == readme, "README blocks are stale: python -m stages.readme"
     with pytest.raises(ValueError, match="markers"):
         render("no markers here", texts)
 
 
+def test_the_readme_holds_the_headline_table_and_stays_short():
+    readme = README.read_text(encoding="utf-8")
+    lines = readme.splitlines()
+    assert len(lines) <= 200, f"README.md has {len(lines)} lines; the front door keeps to 200"
+    assert "<!-- main:start -->" in readme
+    # the two commands for a new machine come first, before any other section
+    sections = [line for line in lines if line.startswith("## ")]
+    assert sections[0] == "## On a new machine", sections
+    assert "dvc repro" in readme.split("## On a new machine")[1].split("## ")[0]
+
+
+def test_readme_and_docs_links_resolve():
+    """Every relative link in the README and the docs names a file that exists
+    (mkdocs checks the docs' own links too, strictly, in test_docs)."""
+    link = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
+    missing = [
+        f"{_name(path)}: {target}"
+        for path in DOCUMENTS
+        for target in link.findall(path.read_text(encoding="utf-8"))
+        if "://" not in target and not (path.parent / target).exists()
+    ]
+    assert not missing, missing
+
+
 def test_tables_outside_generated_blocks_carry_no_untraced_numbers():
-    tables: list[list[tuple[int, str]]] = []
-    for i, line, block in table_lines(README.read_text(encoding="utf-8")):
-        if block is not None:
-            continue
-        if tables and tables[-1][-1][0] == i - 1:
-            tables[-1].append((i, line))
-        else:
-            tables.append([(i, line)])
-    headers = {table[0][1].strip() for table in tables}
+    tables: list[list[tuple[str, int, str]]] = []
+    for path in DOCUMENTS:
+        for i, line, block in table_lines(path.read_text(encoding="utf-8")):
+            if block is not None:
+                continue
+            if tables and tables[-1][-1][:2] == (_name(path), i - 1):
+                tables[-1].append((_name(path), i, line))
+            else:
+                tables.append([(_name(path), i, line)])
+    headers = {table[0][2].strip() for table in tables}
     assert set(ALLOWED) <= headers, (
-        f"ALLOWED names tables the README no longer has: {set(ALLOWED) - headers}"
+        f"ALLOWED names tables the documents no longer have: {set(ALLOWED) - headers}"
     )
     problems = [
-        f"README.md:{i}: {numbers(line)[0]} is in a table outside the generated blocks "
+        f"{name}:{i}: {numbers(line)[0]} is in a table outside the generated blocks "
         f"and not in ALLOWED: {line.strip()}"
         for table in tables
-        if table[0][1].strip() not in ALLOWED
-        for i, line in table
+        if table[0][2].strip() not in ALLOWED
+        for name, i, line in table
         if numbers(line)
     ]
     assert not problems, "\n".join(problems)
@@ -162,7 +200,7 @@ def test_tables_outside_generated_blocks_carry_no_untraced_numbers():
 def test_toy_task_table_matches_the_world():
     prepare = yaml.safe_load((ROOT / "params.yaml").read_text())["prepare"]
     header = TOY_TASKS
-    lines = [(i, line) for i, line, _ in table_lines(README.read_text(encoding="utf-8"))]
+    lines = [(i, line) for i, line, _ in table_lines(WORLD.read_text(encoding="utf-8"))]
     start = next(k for k, (_, line) in enumerate(lines) if line.strip() == header)
     rows = {
         line.split("|")[1].strip(): (i, line)
@@ -184,15 +222,16 @@ def test_toy_task_table_matches_the_world():
         i, line = rows[task]
         got = numbers(line)
         assert got == [str(x) for x in expected], (
-            f"README.md:{i} ({task}): {got}, the world gives {expected}"
+            f"docs/world.md:{i} ({task}): {got}, the world gives {expected}"
         )
         assert f"| {examples[0].prompt} |" in line, (
-            f"README.md:{i}: the prompt is {examples[0].prompt!r}"
+            f"docs/world.md:{i}: the prompt is {examples[0].prompt!r}"
         )
 
 
 def _prose_claims() -> list[tuple[str, str]]:
-    """``(source, text)``: each prose number the README cites, formatted from its source."""
+    """``(source, text)``: each prose number the README or the docs cite,
+    formatted from its source."""
     read = lambda path: json.loads((ROOT / path).read_text(encoding="utf-8"))  # noqa: E731
     regime = read("results/regime_table.json")["tasks"]
     law = read("results/law.json")
@@ -261,10 +300,10 @@ def _prose_claims() -> list[tuple[str, str]]:
 
 
 def test_prose_numbers_match_the_files_they_cite():
-    prose = " ".join(README.read_text(encoding="utf-8").split())
+    prose = " ".join(" ".join(p.read_text(encoding="utf-8").split()) for p in DOCUMENTS)
     missing = [
-        f"{source}: expected the README to say {text!r}"
+        f"{source}: expected the README or the docs to say {text!r}"
         for source, text in _prose_claims()
         if text not in prose
     ]
-    assert not missing, "README prose is stale:\n" + "\n".join(missing)
+    assert not missing, "prose is stale:\n" + "\n".join(missing)

@@ -271,7 +271,7 @@ def test_a_rank_that_fails_stops_the_run_with_its_error(tmp_path, target):
 
 
 def test_the_readme_multi_node_recipe_composes():
-    """The README's ``srun torchrun`` recipe: torchrun's own parser accepts its
+    """The ``srun torchrun`` recipe of docs/real-targets.md: torchrun's own parser accepts its
     launcher arguments, and the stage's overrides compose into a config that
     passes the checks (nothing is launched)."""
     import re
@@ -283,7 +283,7 @@ def test_the_readme_multi_node_recipe_composes():
     from glance.pipeline.config import check_config
     from stages.params import compose_params
 
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    readme = (ROOT / "docs" / "real-targets.md").read_text(encoding="utf-8")
     block = re.search(r"srun [^\n]*torchrun[^`]*?(?=\n```)", readme, re.S).group(0)
     words = shlex.split(
         block.replace("\\\n", " ").replace("$(scontrol show hostnames | head -1)", "node0")
