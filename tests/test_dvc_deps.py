@@ -157,3 +157,21 @@ def test_dvcignore_hides_only_modules_no_stage_imports():
     hidden = [p.relative_to(ROOT).as_posix() for p in (ROOT / "glance").rglob("*.py")]
     hidden = [f for f in hidden if _dvcignored(f)]
     assert "glance/testing/__init__.py" in hidden and not set(hidden) & read
+
+
+@pytest.mark.parametrize("folder", [".", "stages/arms"])
+def test_every_lock_entry_names_a_stage_the_pipeline_has(folder):
+    """No orphaned ``dvc.lock`` entries (a removed stage or foreach item): DVC
+    keeps them until a full repro rewrites the lock, and they mislead readers."""
+    import subprocess
+    import sys
+
+    import yaml
+
+    dvc = str(Path(sys.executable).parent / "dvc")
+    listed = subprocess.run([dvc, "stage", "list", "--name-only"], cwd=ROOT / folder,
+                            capture_output=True, text=True, check=True).stdout.split()  # fmt: skip
+    locked = yaml.safe_load((ROOT / folder / "dvc.lock").read_text())["stages"]
+    orphans = sorted(set(locked) - set(listed))
+    assert not orphans, f"{folder}/dvc.lock holds stages its dvc.yaml lacks: {orphans}"
+    assert set(listed) <= set(locked), "a stage never ran: run dvc repro"
