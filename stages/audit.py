@@ -7,8 +7,9 @@ and its control. The rows (:func:`glance.experiments.rows.audit_rows`): GLANCE
 at the configured budget, ``budget="auto"``, the chain,
 ``extend_budget=decode.extend_row``, GLANCE at every ``sweep.budgets``, and for
 each of ``decode.sampled`` ``glance@T`` and ``chain@T`` against a seeded
-``ar@T``. Rows the decode stage recorded under the audit's recipe are reused
-(``from_decode``). Writes ``results/audit.json`` (per row and per prompt), then
+``ar@T``; with ``decode.scored_row``, ``glance_scored`` (the consistency
+scorer's tree) at the configured budget and at ``arms.budget``. Rows the
+decode stage recorded under the audit's recipe are reused (``from_decode``). Writes ``results/audit.json`` (per row and per prompt), then
 exits 1 naming the row, task, prompt and first differing token of every
 mismatch (:mod:`glance.experiments.audit`).
 """
@@ -37,9 +38,16 @@ def main(cfg) -> None:
     temperatures = [float(t) for t in cfg.decode.sampled if float(t) > 0]
     cfg = replace(cfg, dtype="float32")  # the audit's contract: bitwise at fp32
     n = int(cfg.audit.n)
-    s = open_session(cfg, inputs=[(task_by_name(name), n + 1) for name in cfg.tasks])
+    scored = []
+    if cfg.decode.scored_row:
+        fixed = [b for b in (settings["budget"], int(cfg.arms.budget)) if b != "auto"]
+        scored = list(dict.fromkeys(fixed))
+    inputs = [(task_by_name(name), n + 1) for name in cfg.tasks]
+    s = open_session(cfg, inputs=inputs, scorer=bool(scored))
     extend, auto = extend_row(cfg, s.head), bool(cfg.decode.auto_row)
-    rows = audit_rows(settings["budget"], settings["branch_k"], sweeps, temperatures, extend, auto)
+    rows = audit_rows(
+        settings["budget"], settings["branch_k"], sweeps, temperatures, extend, auto, scored
+    )
     tasks, reused, found, failures = {}, {}, [], []
     for name in cfg.tasks:
         task = task_by_name(name)
@@ -50,6 +58,7 @@ def main(cfg) -> None:
     summary = audit.audit_summary(
         settings, rows, tasks, found, extend=extend, sweeps=sweeps, temperatures=temperatures, n=n
     )
+    summary["scored_budgets"] = scored
     summary |= {"from_decode": reused, "tasks": tasks, "numerics": numerics_record(cfg)}
     write_json(Path(cfg.paths.results) / "audit.json", summary)
     counts = [summary[k] for k in ("prompts", "equal", "control_differs", "mismatch")]

@@ -7,8 +7,9 @@ width-1 chain ablation, back to back on each prompt, in one process.
 ``n + 1`` prompts run; the first is the warm-up and is dropped. All rows run
 at ``temperature`` (0: greedy); ``glance_extend`` runs with
 ``extend_budget=decode.extend_row``, ``glance_auto`` with ``budget="auto"``,
-and for each of ``decode.sampled`` ``ar@T``, ``glance@T`` (and ``chain@T``)
-sample at ``T`` with seeds from ``seed`` and the prompt's index
+``glance_scored`` (with ``decode.scored_row``, at a fixed ``budget``) with the
+scorer stage's consistency scorer, and for each of ``decode.sampled``
+``ar@T``, ``glance@T`` (and ``chain@T``) sample at ``T`` with seeds from ``seed`` and the prompt's index
 (:func:`glance.experiments.rows.decode_rows`). Every row must give its
 baseline's tokens on every prompt, or the stage fails naming the task, prompt,
 row and first differing token. Writes ``summary.json``, ``rounds.jsonl``,
@@ -37,7 +38,8 @@ def main(cfg) -> None:
     out_dir = d.output_dir(cfg, task)
     refuse_unreplaceable(out_dir, "out_dir", d.FILES)
     check_context(cfg, settings)
-    s = open_session(cfg, inputs=[(task, settings["n"] + 1)])
+    scored = bool(cfg.decode.scored_row) and settings["budget"] != "auto"
+    s = open_session(cfg, inputs=[(task, settings["n"] + 1)], scorer=scored)
     prompts = s.prompts(task, settings["n"] + 1, settings["context"], settings["max_new_tokens"])
     d.check_positions(cfg, settings, prompts, f"decode {task.name}")
     settings["extend_row"] = extend = extend_row(cfg, s.head)
@@ -48,6 +50,7 @@ def main(cfg) -> None:
         auto=bool(cfg.decode.auto_row),
         extend=extend,
         sampled=cfg.decode.sampled,
+        scored=scored,
     )
     runs = s.decode(rows, prompts, f"decode {task.name}", timing=settings["timing"])
     rounds = d.measured_rounds(rows, runs)

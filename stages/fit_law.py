@@ -14,14 +14,17 @@ percentile interval for b1 from a bootstrap over prompts (pooled: over
 task/prompt pairs) with ``decode.bootstrap`` resamples seeded by ``seed``. Also
 ``results/law_deciles.csv`` (task, entropy, accepted, fitted, count) for ``dvc
 plots``. A task whose rounds cannot be fitted is reported with the reason
-instead of numbers.
+instead of numbers. With ``decode.scored_row``, the law is fitted again on the
+consistency scorer's rounds (``system == "glance_scored"``), under
+``law.json``'s ``scored``, and ``scored_vs_glance`` says whether b1 and the
+grounding order changed (:func:`glance.experiments.law_fit.compare_laws`).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from glance.experiments.law_fit import deciles_csv, fit_tasks
+from glance.experiments.law_fit import compare_laws, deciles_csv, fit_tasks
 from glance.pipeline.app import app, log, numerics_record, setup
 from glance.pipeline.files import write_set
 
@@ -32,7 +35,13 @@ def main(cfg) -> None:
     results = Path(cfg.paths.results)
     boot = {"resamples": int(cfg.decode.bootstrap), "seed": int(cfg.seed)}
     per_task, pooled = fit_tasks(results, cfg.tasks, **boot)
-    law = {"pooled": pooled, "tasks": per_task, "numerics": numerics_record(cfg)}
+    law = {"pooled": pooled, "tasks": per_task}
+    if cfg.decode.scored_row and cfg.budget != "auto":
+        tasks, both = fit_tasks(results, cfg.tasks, **boot, system="glance_scored")
+        law["scored"] = {"pooled": both, "tasks": tasks}
+        law["scored_vs_glance"] = compare_laws(law, law["scored"])
+        log.info("law on the scorer's rounds: %s", law["scored_vs_glance"])
+    law["numerics"] = numerics_record(cfg)
     write_set(results, "law.json", law, {"law_deciles.csv": deciles_csv(per_task, pooled)})
     if "error" in pooled:
         log.warning("pooled law not fitted: %s", pooled["error"])

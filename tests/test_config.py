@@ -49,6 +49,11 @@ BAD = [
     ("corpus.greedy=-3", "corpus.greedy", "-3"),
     ("corpus.long_share=1.5", "corpus.long_share", "1.5"),
     ("corpus.source=hf", "corpus.hub", "None"),
+    ("scorer.top_k=1", "scorer.top_k", "1"),
+    ("scorer.rank=0", "scorer.rank", "0"),
+    ("scorer.lr=-0.1", "scorer.lr", "-0.1"),
+    ("scorer.seed=-1", "scorer.seed", "-1"),
+    ("decode.scored_row=maybe", "decode.scored_row", "maybe"),
 ]
 
 
@@ -151,6 +156,8 @@ def test_the_built_config_holds_the_librarys_own_objects():
         "head.train.lr",
         "arms.train.window",
         "decode.top_k",
+        "scorer.steps",
+        "paths.scorer",
     ],
 )
 def test_a_key_conf_leaves_out_is_named_never_defaulted(key):

@@ -326,3 +326,39 @@ def test_b1_interval_rejects_bad_groups(clustered):
         b1_interval(entropy, accepted, CAP, prompts[:-1], resamples=10, seed=0)
     with pytest.raises(ValueError, match="resamples >= 1"):
         b1_interval(entropy, accepted, CAP, prompts, resamples=0, seed=0)
+
+
+def _task_fit(b0, low, high, seed, b1=B1, n=1500):
+    from glance.experiments.law_fit import fit
+
+    rng = np.random.default_rng(seed)
+    h = rng.uniform(low, high, n)
+    p = 1.0 / (1.0 + np.exp(-(b0 - b1 * h)))
+    a = np.minimum(rng.geometric(1.0 - p) - 1, CAP)
+    prompts = np.repeat(np.arange(n // 50), 50)
+    return fit(h, a, np.full(n, CAP), prompts, a >= CAP, resamples=200, seed=0)
+
+
+def test_the_law_of_two_rows_is_compared_by_b1_and_grounding_order():
+    """Two rows' fits of the same three tasks: a scorer that lifts every task
+    alike (b0 up, b1 the same) keeps b1's interval and the grounding order; one
+    that lifts the least draftable task past the others changes the order."""
+    from glance.experiments.law_fit import compare_laws, grounding_order
+
+    tasks = {"caption": (2.0, 2.6), "docvqa": (0.8, 1.5), "chartqa": (0.0, 0.6)}
+    plain = {name: _task_fit(2.0, lo, hi, i) for i, (name, (lo, hi)) in enumerate(tasks.items())}
+    assert grounding_order(plain) == ["caption", "docvqa", "chartqa"]
+    lifted = {
+        name: _task_fit(2.5, lo, hi, 10 + i) for i, (name, (lo, hi)) in enumerate(tasks.items())
+    }
+    pooled = _task_fit(2.0, 0.0, 2.6, 99)
+    both = compare_laws(
+        {"pooled": pooled, "tasks": plain},
+        {"pooled": _task_fit(2.5, 0.0, 2.6, 98), "tasks": lifted},
+    )
+    assert both["same_grounding_order"] and both["b1_intervals_overlap"]
+    assert abs(both["b1"]["glance_scored"] - B1) < 0.3
+    reordered = dict(lifted, caption=_task_fit(6.0, 2.0, 2.6, 5))
+    assert grounding_order(reordered)[0] != "caption"
+    other = compare_laws({"pooled": pooled, "tasks": plain}, {"pooled": pooled, "tasks": reordered})
+    assert not other["same_grounding_order"]

@@ -27,13 +27,21 @@ def _prompt(world):
 
 
 def test_every_lossless_kind_of_glance_s_loop_reproduces_greedy(world):
-    models, prompt = Models(world.target, world.head), _prompt(world)
+    import torch
+
+    from glance.heads.scorer import build_scorer
+
+    scorer = build_scorer(world.head, world.target, rank=4, top_k=4, seed=1)
+    with torch.no_grad():
+        scorer.successor.weight.normal_(0.0, 0.5)  # one that re-ranks
+    models, prompt = Models(world.target, world.head, scorer=scorer), _prompt(world)
     want = world.reference[0, world.input_ids.shape[1] :][:N_NEW].tolist()
     rows = {
         "ar": Row("ar"),
         "glance": Row("glance", "ar", options={"budget": 15, "branch_k": 4}),
         "chain": Row("chain", "ar"),
         "auto": Row("glance", "ar", options={"budget": "auto"}),
+        "scored": Row("scored", "ar", options={"budget": 15, "branch_k": 8}),
     }
     for name, row in rows.items():
         record = run(row, models, prompt)
@@ -85,11 +93,16 @@ def test_decode_rows_follow_the_settings():
         "ar",
         "glance",
     }
+    # the scorer's row at a fixed budget only, gated against greedy
+    scored = decode_rows(63, 8, 0.0, chain=False, scored=True)
+    assert scored["glance_scored"].kind == "scored" and gated(scored)["glance_scored"] == "ar"
+    assert "glance_scored" not in decode_rows("auto", 8, 0.0, chain=False, scored=True)
 
 
 def test_the_audit_runs_every_row_the_decode_stage_gates():
-    decode = decode_rows(63, 8, 0.0, chain=True, auto=True, extend=63, sampled=[0.7])
-    audit = audit_rows(63, 8, [1], [0.7], extend=63, auto=True)
+    decode = decode_rows(63, 8, 0.0, chain=True, auto=True, extend=63, sampled=[0.7], scored=True)
+    audit = audit_rows(63, 8, [1], [0.7], extend=63, auto=True, scored=[63, 32])
+    assert audit["glance_scored@N=32"].options == {"budget": 32}  # the arms' budget too
     assert set(gated(decode)) <= set(gated(audit))
     for name in gated(decode):
         assert audit[name].options == {

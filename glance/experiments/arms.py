@@ -3,6 +3,8 @@
 ``stages.arms`` runs these on the same prompts, interleaved. A *row* is
 ``greedy`` (the target alone), ``glance`` (the block head's budget tree),
 ``eagle`` (the EAGLE-style head's dynamic tree, :mod:`glance.heads.eagle`),
+``glance_scored`` (the block head's tree ranked by the consistency scorer,
+:mod:`glance.heads.scorer`),
 ``dflash_chain`` (dflash's own loop), ``two_model`` (a smaller model drafting
 a chain, :mod:`glance.drafters.small`) or ``relaxed_<rule>`` (GLANCE's
 tree walked with a LOSSY rule of :mod:`glance.decoding.relaxed`). Each call returns a
@@ -45,7 +47,8 @@ def arms_rows(
     GLANCE, the EAGLE-style tree (``width`` expanded per depth, ``depth``
     deep), dflash's chain, the two-model chain (``chain_depth`` a round), and
     GLANCE walked with each LOSSY rule of ``rules``; every tree at ``budget``
-    nodes. Then each system at its own best: ``glance_auto`` (GLANCE's
+    nodes, GLANCE's with the consistency scorer (``glance_scored``) too.
+    Then each system at its own best: ``glance_auto`` (GLANCE's
     default, ``budget="auto"``) and, when ``eagle_best`` is given, the
     EAGLE-style tree at that budget as ``eagle_best``."""
     from glance.experiments.rows import Row
@@ -55,6 +58,7 @@ def arms_rows(
     rows = {
         "greedy": Row("ar"),
         "glance": Row("glance", "greedy", options={**tree, "accept": "exact"}),
+        "glance_scored": Row("scored", "greedy", options={"budget": budget, "accept": "exact"}),
         "eagle": Row("eagle", "greedy", options={**tree, **eagle}),
         "dflash_chain": Row("dflash_chain", "greedy"),
         "two_model": Row("two_model", "greedy", options={"depth": chain_depth}),
@@ -70,6 +74,8 @@ def arms_rows(
 #: GLANCE against each peer in :func:`summarise`: (GLANCE's row, the peer's row, key)
 PAIRS = (
     ("glance", "eagle", "vs_eagle_tree"),
+    ("glance_scored", "glance", "scored_vs_glance"),
+    ("glance_scored", "eagle", "scored_vs_eagle_tree"),
     ("glance", "dflash_chain", "vs_dflash_chain"),
     ("glance", "two_model", "vs_two_model"),
     ("glance_auto", "eagle_best", "auto_vs_eagle_best"),
@@ -146,19 +152,21 @@ def summarise(runs: dict, seed: int, resamples: int, lossy: set) -> dict:
 
 def arms_models(cfg, target):
     """The arms' :class:`~glance.experiments.rows.Models`: the target, the block
-    head, the EAGLE-style head (``arms.path``) and the assistant model
-    (``arms.assistant.path``)."""
+    head, the EAGLE-style head (``arms.path``), the assistant model
+    (``arms.assistant.path``) and the consistency scorer (``paths.scorer``)."""
     from pathlib import Path
 
     from glance.experiments.rows import Models
-    from glance.experiments.settings import load_head
+    from glance.experiments.settings import load_head, load_scorer
     from glance.heads.eagle import load_eagle_head
     from glance.targets.vl import load_target
 
     a = cfg.arms
+    head = load_head(cfg, target)
     return Models(
         target=target,
-        head=load_head(cfg, target),
+        head=head,
+        scorer=load_scorer(cfg, head, target),
         eagle=load_eagle_head(Path(a.path), target=target),
         assistant=load_target(Path(a.assistant.path), dtype=target.dtype, device=cfg.device)[0],
     )

@@ -40,14 +40,15 @@ __all__ = [
 @dataclass(frozen=True)
 class Models:
     """What rows run with: the target, and the drafters' models where a row
-    needs them (the block head, the EAGLE-style head, the assistant model),
-    and ``budget="auto"``'s book of measured verify costs."""
+    needs them (the block head, the EAGLE-style head, the assistant model,
+    the consistency scorer), and ``budget="auto"``'s book of measured verify costs."""
 
     target: object
     head: object = None
     eagle: object = None
     assistant: object = None
     costs: object = None
+    scorer: object = None
 
 
 @dataclass(frozen=True)
@@ -132,6 +133,14 @@ def _glance(models: Models, prompt: Prompt, options: dict):
     return _tree(models.head, models, prompt, options)
 
 
+def _scored(models: Models, prompt: Prompt, options: dict):
+    from glance.drafters.scored import ScoredBlockDrafter
+
+    options = {k: v for k, v in options.items() if k != "branch_k"}  # the scorer's top_k
+    drafter = ScoredBlockDrafter(models.head, models.target, models.scorer)
+    return _tree(drafter, models, prompt, options)
+
+
 def _eagle(models: Models, prompt: Prompt, options: dict):
     from glance.drafters.eagle import EagleDrafter
 
@@ -173,6 +182,8 @@ KINDS: dict[str, Kind] = {
     "ar": Kind(_greedy, lossless=True, drafts=False),
     "glance": Kind(_glance, lossless=True, drafts=True),
     "chain": Kind(_chain, lossless=True, drafts=True),
+    # the block head's tree ranked by the consistency scorer (a fixed budget)
+    "scored": Kind(_scored, lossless=True, drafts=True),
     "eagle": Kind(_eagle, lossless=True, drafts=True),
     "two_model": Kind(_two_model, lossless=True, drafts=True),
     # GLANCE's tree walked with a LOSSY rule (options: accept=<rule>)
@@ -233,10 +244,13 @@ def decode_rows(
     auto: bool = False,
     extend: int = 0,
     sampled=(),
+    scored: bool = False,
 ) -> dict:
     """The decode stage's rows by name: ``ar`` (greedy, or sampled at
     ``temperature``) and ``glance`` at ``budget``; ``chain`` with ``chain``;
     ``glance_auto`` with ``auto`` (unless ``budget`` is already ``"auto"``);
+    ``glance_scored`` (the consistency scorer's tree) with ``scored`` at a
+    fixed ``budget``;
     ``glance_extend`` at ``extend`` extra nodes (unless ``extend_budget``
     already extends ``glance``); and ``ar@t``, ``glance@t`` (and ``chain@t``)
     for each other temperature ``t`` of ``sampled``."""
@@ -248,6 +262,8 @@ def decode_rows(
         rows["glance_auto"] = Row("glance", "ar", temperature, {**tree, "budget": "auto"})
     if extend and not extend_budget:
         rows["glance_extend"] = Row("glance", "ar", temperature, {**tree, "extend_budget": extend})
+    if scored and budget != "auto":
+        rows["glance_scored"] = Row("scored", "ar", temperature, {"budget": budget})
     for t in (float(t) for t in sampled):
         if f"{t:g}" != f"{temperature:g}":
             rows[f"ar@{t:g}"] = Row("ar", None, t)
@@ -257,12 +273,22 @@ def decode_rows(
     return rows
 
 
-def audit_rows(budget, branch_k: int, sweep_budgets=(), temperatures=(), extend=0, auto=False):
+def audit_rows(
+    budget,
+    branch_k: int,
+    sweep_budgets=(),
+    temperatures=(),
+    extend=0,
+    auto=False,
+    scored=(),
+):
     """The audit's rows by name, all at float32 against a baseline run twice:
     greedy ``ar``; ``glance`` at ``budget``, ``glance_auto`` (with ``auto``,
     unless ``budget`` is ``"auto"``), ``chain``, ``glance_extend`` (with
-    ``extend`` extra nodes), ``glance@N=n`` for each of ``sweep_budgets``; and
-    ``ar@t``, ``glance@t``, ``chain@t`` for each sampled temperature."""
+    ``extend`` extra nodes), ``glance@N=n`` for each of ``sweep_budgets``;
+    ``glance_scored`` at each budget of ``scored`` (the first named plainly,
+    the others ``glance_scored@N=n``); and ``ar@t``, ``glance@t``,
+    ``chain@t`` for each sampled temperature."""
     tree = {"budget": budget, "branch_k": branch_k}
     rows = {"ar": Row("ar"), "glance": Row("glance", "ar", options=tree)}
     if auto and budget != "auto":
@@ -272,6 +298,9 @@ def audit_rows(budget, branch_k: int, sweep_budgets=(), temperatures=(), extend=
         rows["glance_extend"] = Row("glance", "ar", options={**tree, "extend_budget": extend})
     for n in sweep_budgets:
         rows[f"glance@N={n}"] = Row("glance", "ar", options={**tree, "budget": n})
+    for i, n in enumerate(scored):
+        name = "glance_scored" if i == 0 else f"glance_scored@N={n}"
+        rows[name] = Row("scored", "ar", options={"budget": int(n)})
     for t in temperatures:
         rows[f"ar@{t:g}"] = Row("ar", None, t)
         rows[f"glance@{t:g}"] = Row("glance", f"ar@{t:g}", t, tree)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from glance.experiments.rows import Models, Prompt, gated, run
-from glance.experiments.settings import gate, load_head, sampling_kwargs, verify_costs
+from glance.experiments.settings import gate, load_head, load_scorer, sampling_kwargs, verify_costs
 
 
 @dataclass
@@ -69,9 +69,10 @@ class Session:
         return runs
 
 
-def open_session(cfg, models=None, inputs=()) -> Session:
+def open_session(cfg, models=None, inputs=(), scorer: bool = False) -> Session:
     """The target and processor the target stage resolved, the head the head
-    stage made, and the verify costs ``budget="auto"`` plans with;
+    stage made (with ``scorer``, the scorer stage's consistency scorer too),
+    and the verify costs ``budget="auto"`` plans with;
     ``models(target)``, when given, builds the :class:`Models` instead, for
     stages that run more drafters. ``inputs`` are the ``(task, count)`` pairs
     the stage will read: each task file and its images are checked first, so a
@@ -84,7 +85,9 @@ def open_session(cfg, models=None, inputs=()) -> Session:
         task_records(cfg.paths.data, task, count)
     target, processor = load_target(cfg)
     if models is None:
-        models = Models(target, load_head(cfg, target), costs=verify_costs(cfg))
+        head = load_head(cfg, target)
+        extra = {"scorer": load_scorer(cfg, head, target)} if scorer else {}
+        models = Models(target, head, costs=verify_costs(cfg), **extra)
     else:
         models = models(target)
     return Session(cfg, target, processor, models, stop_ids(processor, target))

@@ -115,6 +115,19 @@ def load_head(cfg: Config, target):
     return head.to(device=target.device, dtype=target.dtype)
 
 
+def load_scorer(cfg: Config, head, target):
+    """The consistency scorer the scorer stage trained (``paths.scorer``),
+    fitted to ``head`` and ``target``."""
+    from glance.heads.scorer import load_scorer as load
+
+    path = Path(cfg.paths.scorer)
+    if not (path / "config.json").is_file():
+        raise SystemExit(
+            f"paths.scorer {path}: no scorer there; run `python -m stages.scorer` first"
+        )
+    return load(path, head, target)
+
+
 def extend_row(cfg: Config, head) -> int:
     """``decode.extend_row`` when the head can extend (variable mask span), else 0."""
     from glance.heads.block import check_head_extends

@@ -100,6 +100,26 @@ class TrainRun:
     eval_every: int
 
 
+@dataclass(frozen=True)
+class ScorerRun:
+    """The consistency scorer's shape and training run (``scorer``;
+    :class:`glance.training.scorer.ScorerTrain` takes the same fields but the
+    last two). Every ``save_every`` steps the run checkpoints; ``eval_every``
+    steps add a point to the held-out loss curve."""
+
+    rank: int
+    top_k: int
+    steps: int
+    rows: int
+    blocks_per_row: int
+    lr: float
+    warmup: int
+    weight_decay: float
+    seed: int
+    save_every: int
+    eval_every: int
+
+
 #: head training's feature modes (:mod:`glance.training.features`) and mask spans
 FEATURE_MODES = ("online", "offline")
 MASK_SPANS = ("fixed", "variable")
@@ -152,6 +172,7 @@ class Decode:
     sampled: list[float] = MISSING
     extend_row: int = MISSING
     auto_row: bool = MISSING
+    scored_row: bool = MISSING
 
 
 @dataclass
@@ -160,6 +181,7 @@ class Paths:
     target: str = MISSING
     corpus: str = MISSING
     head: str = MISSING
+    scorer: str = MISSING
     checkpoints: str = MISSING
     results: str = MISSING
     figures: str = MISSING
@@ -252,6 +274,7 @@ class Config:
     target: Target = field(default_factory=Target)
     corpus: CorpusConfig | None = None
     head: Head = field(default_factory=Head)
+    scorer: ScorerRun | None = None
     task: Task | None = None
     seed: int = MISSING
     device: str = MISSING
@@ -374,7 +397,7 @@ _ARTICLE = {
 
 
 def check_ranges(cfg: DictConfig) -> None:
-    """The ranges the types cannot say (see the README's parameter notes)."""
+    """The ranges the types cannot say (see the pipeline page's parameter notes)."""
     d = cfg.decode
     for key, sources in (("target.source", TARGET_SOURCES), ("head.source", HEAD_SOURCES)):
         if OmegaConf.select(cfg, key) not in sources:
@@ -444,6 +467,7 @@ def check_ranges(cfg: DictConfig) -> None:
         integer("task.max_new_tokens", cfg.task.max_new_tokens, 1)
     auto_cost(cfg)
     check_training(cfg)
+    check_scorer(cfg)
 
 
 def check_training(cfg) -> None:
@@ -481,6 +505,19 @@ def check_training(cfg) -> None:
     for key, allowed in (("features", FEATURE_MODES), ("mask_span", MASK_SPANS)):
         if t[key] not in allowed:
             _fail(f"head.train.{key}", t[key], " or ".join(allowed))
+
+
+def check_scorer(cfg) -> None:
+    """The consistency scorer's training run (``scorer``), when given."""
+    s = cfg.get("scorer")
+    if s is None:
+        return
+    for key, low in (("rank", 1), ("top_k", 2), ("steps", 1), ("rows", 1), ("blocks_per_row", 1),
+                     ("warmup", 0), ("save_every", 0), ("eval_every", 1)):  # fmt: skip
+        integer(f"scorer.{key}", s[key], low)
+    integer("scorer.seed", s.seed, 0, MAX_SEED)
+    number("scorer.lr", s.lr, 0, open_low=True)
+    number("scorer.weight_decay", s.weight_decay, 0)
 
 
 def auto_cost(cfg):

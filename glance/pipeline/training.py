@@ -169,3 +169,53 @@ def train_block_head(cfg, target, processor, target_dir, out: Path | None) -> di
         head.save_pretrained(out)
         shutil.rmtree(work, ignore_errors=True)  # finished: nothing to resume
     return train_log | {"sequences": len(train), "features": t.features, "ranks": world()[1]}
+
+
+def train_consistency_scorer(cfg, target, processor, head, out: Path | None) -> dict:
+    """Train ``scorer`` behind the frozen block ``head`` on the head's corpus;
+    rank 0 saves the scorer to ``out``.
+
+    Checkpoints go to ``<paths.checkpoints>/scorer``, the dvclive metrics to
+    ``<paths.results>/train/scorer``; a checkpoint resumes only the same run
+    (same corpus, settings and head weights).
+    """
+    import hashlib
+    import shutil
+
+    from glance.targets.vl import text_config
+    from glance.training.corpus import Corpus
+    from glance.training.loop import RunFiles, world
+    from glance.training.scorer import ScorerTrain, train_scorer
+
+    s = cfg.scorer
+    folder, vocab = Path(cfg.paths.corpus), text_config(target).vocab_size
+    train = Corpus(folder, "train", processor=processor, vocab_size=vocab)
+    heldout = []
+    if json.loads((folder / "corpus.json").read_text())["rows"]["heldout"]:
+        heldout = Corpus(folder, "heldout", processor=processor, vocab_size=vocab)
+    weights = hashlib.sha256()
+    for name, tensor in sorted(head.state_dict().items()):
+        weights.update(name.encode() + tensor.detach().cpu().contiguous().numpy().tobytes())
+    run = {k: v for k, v in asdict(s).items() if k not in ("save_every", "eval_every")}
+    key = json.dumps({"recipe": train.recipe, "scorer": run, "head": weights.hexdigest()})
+    work = Path(cfg.paths.checkpoints) / "scorer"
+    files = RunFiles(
+        checkpoint=work / "checkpoint",
+        save_every=s.save_every,
+        key=key,
+        live=Path(cfg.paths.results) / "train" / "scorer",
+        log_every=max(1, s.eval_every // 4),
+    )
+    scorer, train_log = train_scorer(
+        head,
+        target,
+        train,
+        ScorerTrain(**run),
+        heldout=heldout,
+        eval_every=s.eval_every,
+        files=files,
+    )
+    if world()[0] == 0 and out is not None:
+        scorer.save_pretrained(out)
+        shutil.rmtree(work, ignore_errors=True)  # finished: nothing to resume
+    return train_log | {"sequences": len(train), "ranks": world()[1]}

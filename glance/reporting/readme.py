@@ -1,4 +1,4 @@
-"""Write the README's generated tables from the pipeline's results.
+"""Write the generated tables of the README and the docs pages from the pipeline's results.
 
 Each table sits between ``<!-- NAME:start -->`` and ``<!-- NAME:end -->``
 markers: ``bench`` (the speed table: ``results/bench.md`` verbatim, under a line
@@ -8,8 +8,8 @@ from ``results/bench.json``), ``regime`` (where the toy world sits,
 (rendered from ``results/law.json``), ``heads`` and ``arms`` (the comparison
 arms, ``results/arms.json`` and ``results/arms.md``) and ``claims`` (the
 paper's claims against the measurements, ``results/claims.md``). Where results/ has the
-Markdown, it is copied as it is, so the README cannot drift from it.
-``tests/test_readme.py`` checks every number in the README's tables against
+Markdown, it is copied as it is, so the pages cannot drift from it.
+``tests/test_readme.py`` checks every number in those tables against
 these blocks, and that no table outside them carries numbers unless it says
 where they come from.
 """

@@ -18,6 +18,7 @@ from glance._io import _umask
 
 __all__ = [
     "arms_markdown",
+    "scorer_lines",
     "bench_markdown",
     "heads_markdown",
     "arms_panel",
@@ -536,6 +537,34 @@ def _interval(x: dict) -> str:
     return f"{x['estimate']:.2f}x [{x['low']:.2f}, {x['high']:.2f}]"
 
 
+def scorer_lines(cases: dict) -> list[str]:
+    """The consistency scorer's table: per case, GLANCE with the scorer
+    (``glance_scored``) over GLANCE without it and over the EAGLE-style head,
+    tau and speed in both windows with intervals, and each tree's draft time a
+    round (the scorer's cost a round is the difference)."""
+    lines = [
+        "GLANCE with the consistency scorer (`glance_scored`) over GLANCE without it and "
+        "over the EAGLE-style head, all at the same verified budget (above 1: the scorer "
+        "ahead); draft ms/round is the head pass and tree search, without and with the "
+        "scorer:",
+        "",
+        "| case | tau / GLANCE | speed / GLANCE, decode | speed / GLANCE, end to end | "
+        "tau / EAGLE-style | speed / EAGLE-style, decode | speed / EAGLE-style, end to end | "
+        "draft ms/round, GLANCE -> scored |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for case, c in cases.items():
+        g, e, rows = c["scored_vs_glance"], c["scored_vs_eagle_tree"], c["rows"]
+        draft = [rows[r].get("draft_ms_per_round") for r in ("glance", "glance_scored")]
+        cost = " -> ".join(f"{d:.2f}" for d in draft) if None not in draft else ""
+        lines.append(
+            f"| {case} | {_interval(g['tau'])} | {_interval(g['speed'])} | "
+            f"{_interval(g['speed_end_to_end'])} | {_interval(e['tau'])} | "
+            f"{_interval(e['speed'])} | {_interval(e['speed_end_to_end'])} | {cost} |"
+        )
+    return lines
+
+
 def arms_markdown(result: dict) -> str:
     """The arms' two tables: every row per case (lossy rows marked), then
     GLANCE against the EAGLE-style head, dflash's chain and the two-model
@@ -609,6 +638,8 @@ def arms_markdown(result: dict) -> str:
                 f"{_interval(b['speed_end_to_end'])} | {_interval(e['speed'])} | "
                 f"{_interval(e['speed_end_to_end'])} | {_interval(d['speed_end_to_end'])} |"
             )
+    if all("scored_vs_glance" in c for c in cases.values()):
+        lines += ["", *scorer_lines(cases)]
     lines += [
         "",
         "Lossy rules, pooled: outputs that left greedy, and at the first token where each "

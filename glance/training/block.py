@@ -222,6 +222,13 @@ def block_logits(head, target, rows, gamma: float, reveal: int = 0):
     anchor. Returns ``(logits (R, n*S, V), labels (R, n*S), weights (R, n*S))``
     with ``S = B + reveal``.
     """
+    hidden, labels, weights = block_hidden(head, target, rows, gamma, reveal)
+    return head.compute_logits(hidden, lm_head(target)).float(), labels, weights
+
+
+def block_hidden(head, target, rows, gamma: float, reveal: int = 0):
+    """:func:`block_logits` before the LM head: ``(hidden (R, n*S, H), labels,
+    weights)``, the head's last hidden states at every packed offset."""
     block = int(head.block_size)
     mask_id = int(head.mask_token_id)
     ctx_len = max(f.shape[0] for f, _, _ in rows)
@@ -247,8 +254,7 @@ def block_logits(head, target, rows, gamma: float, reveal: int = 0):
         position_ids=torch.stack(positions).to(device),
         attention_mask=additive,
     )
-    logits = head.compute_logits(hidden, lm_head(target)).float()
-    return logits, torch.stack(labels).to(device), torch.stack(weights).to(device, torch.float32)
+    return hidden, torch.stack(labels).to(device), torch.stack(weights).to(device, torch.float32)
 
 
 def head_loss(head, target, rows, gamma: float, reveal: int = 0, total=None) -> torch.Tensor:
