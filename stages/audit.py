@@ -9,7 +9,8 @@ at the configured budget, ``budget="auto"``, the chain,
 each of ``decode.sampled`` ``glance@T`` and ``chain@T`` against a seeded
 ``ar@T``; with ``decode.scored_row``, ``glance_scored`` (the consistency
 scorer's tree) at the configured budget and at ``arms.budget``. Rows the
-decode stage recorded under the audit's recipe are reused (``from_decode``). Writes ``results/audit.json`` (per row and per prompt), then
+decode stage recorded under the audit's recipe are reused (``from_decode``).
+Writes ``results/audit.json`` (per row and per prompt), then
 exits 1 naming the row, task, prompt and first differing token of every
 mismatch (:mod:`glance.experiments.audit`).
 """

@@ -9,7 +9,8 @@ at ``temperature`` (0: greedy); ``glance_extend`` runs with
 ``extend_budget=decode.extend_row``, ``glance_auto`` with ``budget="auto"``,
 ``glance_scored`` (with ``decode.scored_row``, at a fixed ``budget``) with the
 scorer stage's consistency scorer, and for each of ``decode.sampled``
-``ar@T``, ``glance@T`` (and ``chain@T``) sample at ``T`` with seeds from ``seed`` and the prompt's index
+``ar@T``, ``glance@T`` (and ``chain@T``) sample at ``T`` with seeds from
+``seed`` and the prompt's index
 (:func:`glance.experiments.rows.decode_rows`). Every row must give its
 baseline's tokens on every prompt, or the stage fails naming the task, prompt,
 row and first differing token. Writes ``summary.json``, ``rounds.jsonl``,
