@@ -99,6 +99,8 @@ def _settings(parser, args) -> dict:
     """The decode call's settings, each checked and named; nothing is loaded."""
     for key in ("target", "head"):
         _checkpoint(parser, key, getattr(args, key))
+    if args.scorer is not None:
+        _checkpoint(parser, "scorer", args.scorer)
     out = {
         "budget": _budget(parser, args.budget),
         "branch_k": _integer(parser, "branch_k", args.branch_k, 1),
@@ -114,6 +116,8 @@ def _settings(parser, args) -> dict:
         "threads": _integer(parser, "threads", args.threads, 0, 256),
     }
     _device(parser, args.device)
+    if args.scorer is not None and out["budget"] == "auto":
+        _expected(parser, "budget", "an integer in 1..4095 with --scorer", args.budget)
     if out["top_p"] == 0.0:
         _expected(parser, "top_p", "a number in (0, 1]", args.top_p)
     if not args.prompt.strip():
@@ -147,9 +151,14 @@ def _load(args):
                 f"target {args.target}: no tokenizer or processor files to read a prompt"
             )
         head = load_block_head(args.head, target=target)
+        scorer = None
+        if getattr(args, "scorer", None) is not None:
+            from glance.heads.scorer import load_scorer
+
+            scorer = load_scorer(args.scorer, head, target)
     except (OSError, ValueError) as err:
         raise SystemExit(f"glance decode: {err}") from None
-    return target, processor, head
+    return target, processor, head, scorer
 
 
 def _prompt_inputs(processor, args):
@@ -178,7 +187,7 @@ def decode(args, parser) -> dict:
 
     if settings["threads"]:
         torch.set_num_threads(settings["threads"])
-    target, processor, head = _load(args)
+    target, processor, head, scorer = _load(args)
     ids, positions = _prompt_inputs(processor, args)
     ids = ids.to(target.device)
     stops = stop_ids(processor, target)
@@ -207,6 +216,7 @@ def decode(args, parser) -> dict:
             branch_k=settings["branch_k"],
             costs=costs,
             draft_window=settings["draft_window"],
+            scorer=scorer,
             **common,
             **draw(),
         )
@@ -327,6 +337,7 @@ def parser() -> argparse.ArgumentParser:
     dec.add_argument("--seed", default="0", help="the sampling stream's seed")
     dec.add_argument("--max-new-tokens", dest="max_new_tokens", default="256")
     dec.add_argument("--draft-window", dest="draft_window", help="context positions the head reads")
+    dec.add_argument("--scorer", help="a consistency scorer folder: it ranks the tree (fixed budget)")
     dec.add_argument("--repeats", default="1", help="timed runs of each, interleaved and pooled")
     dec.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
     dec.add_argument("--threads", default="0", help="torch threads (0: torch's default)")

@@ -75,6 +75,20 @@ def test_decode_prints_the_librarys_output_and_its_figures(toy, capsys):
     assert got["budget"] == 15 and got["window"] == "decode_only"
 
 
+def test_decode_with_a_scorer_prints_the_librarys_output(toy, capsys):
+    import glance
+    from glance.heads.scorer import build_scorer
+
+    head = glance.load_block_head(toy["root"] / "head", target=toy["target"])
+    scorer = build_scorer(head, toy["target"], rank=4, top_k=4, seed=2)
+    with torch.no_grad():
+        scorer.successor.weight.normal_(0.0, 0.5)  # one that re-ranks
+    scorer.save_pretrained(toy["root"] / "scorer")
+    rc, got = decode_json(toy, capsys, "--budget", "15", "--scorer", str(toy["root"] / "scorer"))
+    _, greedy = library(toy, 24, budget=15)
+    assert rc == 0 and got["equals_baseline"] is True and got["ids"] == greedy
+
+
 def test_decode_samples_exactly_at_a_temperature(toy, capsys):
     rc, got = decode_json(toy, capsys, "--temperature", "1", "--seed", "3", "--repeats", "2")
     ids, base = library(toy, 24, temperature=1.0, seed=3)
@@ -104,6 +118,7 @@ def test_decode_prints_the_answer_then_one_line_of_figures(toy, capsys):
         ("--image", "/no/such.png", "image: expected an image file; got '/no/such.png'"),
         ("--head", "/no/head", "head: expected a checkpoint folder or a hub id; got '/no/head'"),
         ("--prompt", "  ", "prompt: expected a non-empty question"),
+        ("--scorer", "/no/scorer", "scorer: expected a checkpoint folder or a hub id"),
     ],
 )
 def test_bad_arguments_fail_by_name_before_anything_loads(tmp_path, capsys, flag, value, message):
@@ -112,6 +127,16 @@ def test_bad_arguments_fail_by_name_before_anything_loads(tmp_path, capsys, flag
         main(["decode", *[x for kv in argv.items() for x in kv]])
     assert exit_.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_a_scorer_needs_a_fixed_budget(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["decode", "--target", str(TOY), "--head", str(TOY), "--prompt", "x",
+              "--scorer", str(TOY)])  # fmt: skip
+    assert exit_.value.code == 2
+    assert "budget: expected an integer in 1..4095 with --scorer; got 'auto'" in (
+        capsys.readouterr().err
+    )
 
 
 def test_an_unreadable_image_is_named(tmp_path, capsys):

@@ -133,13 +133,27 @@ def test_decoding_with_a_scorer_is_lossless(world, scorer_for):
     assert torch.equal(out, world.reference)
 
 
+def test_generate_takes_a_scorer_and_stays_lossless(world, scorer_for):
+    import glance
+
+    n = world.reference.shape[1] - world.input_ids.shape[1]
+    out = glance.generate(world.head, world.target, world.input_ids, n, budget=15,
+                          positions=world.positions, scorer=scorer_for(world))  # fmt: skip
+    assert torch.equal(out, world.reference)
+
+
 def test_a_scorer_takes_a_fixed_budget_only(world, scorer_for):
+    import glance
     from glance.decoding.loop import Options, speculate
 
     drafter = ScoredBlockDrafter(world.head, world.target, scorer_for(world))
     with pytest.raises(ValueError, match="budget must be an int"):
         speculate(drafter, world.target, world.input_ids, Options(8, "auto"),
                   positions=world.positions)  # fmt: skip
+    for bad in ({"budget": "auto"}, {"budget": 15, "extend_budget": 8}):
+        with pytest.raises(ValueError, match="scorer: the consistency scorer's tree takes a fixed"):
+            glance.generate(world.head, world.target, world.input_ids, 8,
+                            positions=world.positions, scorer=scorer_for(world), **bad)  # fmt: skip
 
 
 def test_a_scorer_of_another_width_is_refused(world):

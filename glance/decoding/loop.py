@@ -813,6 +813,7 @@ def generate(
     costs: VerifyCosts | None = None,
     accept: str = "exact",
     draft_window: int | None = None,
+    scorer=None,
 ):
     """Decode with a budget tree per round; at temperature 0, exactly greedy,
     and otherwise an exact sample of the target (see ``glance.decoding.sampling``).
@@ -859,6 +860,11 @@ def generate(
             context positions a DFlash head attends to (the latest ones), so its
             pass costs the same at any context length; the output is unchanged.
             Ignored for a drafter passed as ``head``.
+        scorer: ``None``, or a :class:`~glance.heads.scorer.CausalScorer`
+            that fits ``head``: the tree is then ranked by it
+            (:class:`~glance.drafters.scored.ScoredBlockDrafter`, the scorer's
+            ``top_k`` candidates per offset in place of ``branch_k``). It takes
+            a fixed ``budget`` and no ``extend_budget``; the output is unchanged.
 
     Returns:
         ``(1, n + new)`` token ids on the CPU, prompt included; with
@@ -876,6 +882,15 @@ def generate(
     )
     if hasattr(head, "draft"):  # any drafter; a bare head gets the block drafter
         drafter = head
+    elif scorer is not None:
+        from glance.drafters.scored import ScoredBlockDrafter
+
+        if budget == "auto" or extend_budget:
+            raise ValueError(
+                "scorer: the consistency scorer's tree takes a fixed budget and no "
+                f"extend_budget; got budget={budget!r}, extend_budget={extend_budget}"
+            )
+        drafter = ScoredBlockDrafter(head, target, scorer, window=draft_window)
     else:
         drafter = BlockDrafter(head, target, _count("branch_k", branch_k, 1), draft_window)
         if extend_budget:

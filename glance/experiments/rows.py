@@ -134,11 +134,8 @@ def _glance(models: Models, prompt: Prompt, options: dict):
 
 
 def _scored(models: Models, prompt: Prompt, options: dict):
-    from glance.drafters.scored import ScoredBlockDrafter
-
     options = {k: v for k, v in options.items() if k != "branch_k"}  # the scorer's top_k
-    drafter = ScoredBlockDrafter(models.head, models.target, models.scorer)
-    return _tree(drafter, models, prompt, options)
+    return _tree(models.head, models, prompt, {**options, "scorer": models.scorer})
 
 
 def _eagle(models: Models, prompt: Prompt, options: dict):

@@ -687,22 +687,33 @@ def heads_markdown(result: dict) -> str:
     the same verified budget, the EAGLE-style head's share of the most it can
     commit a round (its depth plus the bonus; the lower it is, the less its
     depth limit shapes its tau), and GLANCE's ratio with its paired interval,
-    beside the paper's figure where it gives one."""
+    beside the paper's figure where it gives one; then, where the run has
+    them, GLANCE's tau with the consistency scorer and its ratio to the
+    EAGLE-style head's."""
     top = result["depth"] + 1  # the EAGLE-style head's most tokens a round
+    cases = {k: c for k, c in result["cases"].items() if c["context"] == 0}
+    cases = {**cases, "pooled": result["pooled"]}
+    scored = all("scored_vs_eagle_tree" in c for c in cases.values())
+    extra = " GLANCE + scorer tau | GLANCE + scorer / EAGLE-style |" if scored else ""
     lines = [
         "| task | GLANCE tau | EAGLE-style tau | EAGLE-style tau / its most "
-        f"({top}) | GLANCE / EAGLE-style | paper |",
-        "|---|---|---|---|---|---|",
+        f"({top}) | GLANCE / EAGLE-style | paper |{extra}",
+        "|---|---|---|---|---|---|" + ("---|---|" if scored else ""),
     ]
-    cases = {k: c for k, c in result["cases"].items() if c["context"] == 0}
-    for case, c in {**cases, "pooled": result["pooled"]}.items():
+    for case, c in cases.items():
         rows = c["rows"]
         paper = PAPER_TAU_RATIO.get(case)
-        lines.append(
+        line = (
             f"| {case} | {rows['glance']['tau']:.2f} | {rows['eagle']['tau']:.2f} | "
             f"{rows['eagle']['tau'] / top:.2f} | "
             f"{_interval(c['vs_eagle_tree']['tau'])} | {f'{paper}x' if paper else ''} |"
         )
+        if scored:
+            line += (
+                f" {rows['glance_scored']['tau']:.2f} | "
+                f"{_interval(c['scored_vs_eagle_tree']['tau'])} |"
+            )
+        lines.append(line)
     return "\n".join(lines) + "\n"
 
 
