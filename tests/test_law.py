@@ -362,3 +362,19 @@ def test_the_law_of_two_rows_is_compared_by_b1_and_grounding_order():
     assert grounding_order(reordered)[0] != "caption"
     other = compare_laws({"pooled": pooled, "tasks": plain}, {"pooled": pooled, "tasks": reordered})
     assert not other["same_grounding_order"]
+
+
+def test_the_law_table_shows_the_scorers_fit_and_the_comparison():
+    from glance.experiments.law_fit import compare_laws
+    from glance.reporting.readme import law_table
+
+    tasks = {"caption": (2.0, 2.6), "chartqa": (0.0, 0.6)}
+    plain = {n: _task_fit(2.0, lo, hi, i) for i, (n, (lo, hi)) in enumerate(tasks.items())}
+    law = {"pooled": _task_fit(2.0, 0.0, 2.6, 7), "tasks": plain}
+    assert "scorer" not in law_table(law)
+    law["scored"] = {"pooled": _task_fit(2.5, 0.0, 2.6, 8), "tasks": plain}
+    law["scored_vs_glance"] = compare_laws(law, law["scored"])
+    text = law_table(law)
+    assert text.count("| pooled |") == 2 and "consistency scorer's rounds" in text
+    assert f"Pooled b1: {law['pooled']['b1']:.2f} without the scorer" in text
+    assert "caption, chartqa without the scorer; caption, chartqa with it (the same)" in text

@@ -53,7 +53,35 @@ def _num(fit: dict, key: str, fmt: str) -> str:
 def law_table(law: dict) -> str:
     """The law's fit per task and pooled (``results/law.json``): rounds (censored),
     b0, b1 (with its prompt-level bootstrap interval, ``b1_interval``), R² per round
-    and against the ceiling, and ``holds()`` with the conditions that failed."""
+    and against the ceiling, and ``holds()`` with the conditions that failed; where
+    the law was fitted on the consistency scorer's rounds too, the same table for
+    them and a line comparing b1 and the grounding order."""
+    text = _law_rows(law)
+    if "scored" not in law:
+        return text
+    text += "\nOn the consistency scorer's rounds (`glance_scored`, same prompts and budget):\n\n"
+    text += _law_rows(law["scored"])
+    cmp = law.get("scored_vs_glance", {})
+    if "b1" in cmp:
+        b1 = cmp["b1"]
+        overlap = "overlap" if cmp["b1_intervals_overlap"] else "do not overlap"
+        text += (
+            f"\nPooled b1: {b1['glance']:.2f} without the scorer, {b1['glance_scored']:.2f} "
+            f"with it (the intervals {overlap}). "
+        )
+    order = cmp.get("grounding_order", {})
+    if order:
+        same = "the same" if cmp["same_grounding_order"] else "changed"
+        text += (
+            "Tasks from least to most draftable under each fitted law: "
+            f"{', '.join(order['glance'])} without the scorer; "
+            f"{', '.join(order['glance_scored'])} with it ({same}).\n"
+        )
+    return text
+
+
+def _law_rows(law: dict) -> str:
+    """:func:`law_table`'s table for one fit (``tasks`` and ``pooled``)."""
     lines = [
         "| task | n (censored) | b0 | b1 | R² round | R² ceiling | holds() |",
         "|---|---|---|---|---|---|---|",
