@@ -337,7 +337,9 @@ def parser() -> argparse.ArgumentParser:
     dec.add_argument("--seed", default="0", help="the sampling stream's seed")
     dec.add_argument("--max-new-tokens", dest="max_new_tokens", default="256")
     dec.add_argument("--draft-window", dest="draft_window", help="context positions the head reads")
-    dec.add_argument("--scorer", help="a consistency scorer folder: it ranks the tree (fixed budget)")
+    dec.add_argument(
+        "--scorer", help="a consistency scorer folder: it ranks the tree (fixed budget)"
+    )
     dec.add_argument("--repeats", default="1", help="timed runs of each, interleaved and pooled")
     dec.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ...")
     dec.add_argument("--threads", default="0", help="torch threads (0: torch's default)")

@@ -47,7 +47,7 @@ def main(cfg) -> None:
     s = open_session(cfg, inputs=inputs, scorer=bool(scored))
     extend, auto = extend_row(cfg, s.head), bool(cfg.decode.auto_row)
     rows = audit_rows(
-        settings["budget"], settings["branch_k"], sweeps, temperatures, extend, auto, scored
+        settings["budget"], settings["branch_k"], sweeps, temperatures, extend, auto, scored=scored
     )
     tasks, reused, found, failures = {}, {}, [], []
     for name in cfg.tasks:

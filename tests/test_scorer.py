@@ -27,7 +27,7 @@ def _table(rng, depth, k, vocab=50, rank=4):
        budget=st.integers(1, 40))  # fmt: skip
 def test_with_no_pair_term_the_tree_is_the_budget_tree(seed, depth, k, budget):
     ids, lp, gates, s, tables = _table(np.random.default_rng(seed), depth, k)
-    mine = scored_tree(ids, lp, gates, np.zeros_like(s), tables, 0, budget)
+    mine = scored_tree(ids, lp, gates, np.zeros_like(s), tables, root=0, budget=budget)
     ref = build_budget_tree(ids, lp, budget, k)
     assert mine.tokens.tolist() == ref.tokens.tolist()
     assert mine.parents.tolist() == ref.parents.tolist()
@@ -39,7 +39,7 @@ def test_with_no_pair_term_the_tree_is_the_budget_tree(seed, depth, k, budget):
        budget=st.integers(1, 40))  # fmt: skip
 def test_any_pair_term_keeps_the_tree_prefix_closed_and_best_first(seed, depth, k, budget):
     ids, lp, gates, s, tables = _table(np.random.default_rng(seed), depth, k)
-    tree = scored_tree(ids, lp, gates, 3.0 * s, tables, 7, budget)
+    tree = scored_tree(ids, lp, gates, 3.0 * s, tables, root=7, budget=budget)
     assert len(tree) == min(budget, sum(k**d for d in range(1, depth + 1)))
     for i in range(len(tree)):
         p = int(tree.parents[i])
@@ -64,7 +64,9 @@ def test_the_state_reranks_by_the_path():
     embed = np.zeros((30, 1))
     embed[10] = 3.0  # after x the state is near +1: favour b
     embed[11] = -3.0  # after y, near -1: favour a
-    tree = scored_tree(ids, lp, gates, successors, ScorerTables(embed, np.zeros((1, 1))), 0, 6)
+    tree = scored_tree(
+        ids, lp, gates, successors, ScorerTables(embed, np.zeros((1, 1))), root=0, budget=6
+    )
     best_child = {}
     for i, p in enumerate(tree.parents.tolist()):
         if p >= 0:
@@ -94,7 +96,9 @@ def test_the_tree_search_scores_as_the_model_does():
         gates = 1.0 + scorer.hidden_projection(h)
         successors = scorer.successor(ids).numpy()
         tables = ScorerTables.of(scorer)
-        tree = scored_tree(ids.numpy(), lp.numpy(), gates.numpy(), successors, tables, 5, 25)
+        tree = scored_tree(
+            ids.numpy(), lp.numpy(), gates.numpy(), successors, tables, root=5, budget=25
+        )
         for i in range(len(tree)):
             path, j = [], i
             while j >= 0:

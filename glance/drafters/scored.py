@@ -60,6 +60,7 @@ def scored_tree(
     gates: np.ndarray,
     successors: np.ndarray,
     tables: ScorerTables,
+    *,
     root: int,
     budget: int,
 ) -> CandidateTree:
@@ -148,8 +149,8 @@ class ScoredBlockDrafter(BlockDrafter):
             gates.to("cpu", torch.float64).numpy(),
             successors.to("cpu", torch.float64).numpy(),
             self.tables,
-            int(root),
-            int(plan.budget),
+            root=int(root),
+            budget=int(plan.budget),
         )
 
     def propose(self, root: int, length: int, depth: int):

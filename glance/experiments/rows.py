@@ -277,6 +277,7 @@ def audit_rows(
     temperatures=(),
     extend=0,
     auto=False,
+    *,
     scored=(),
 ):
     """The audit's rows by name, all at float32 against a baseline run twice:

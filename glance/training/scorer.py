@@ -79,7 +79,7 @@ def _candidates(head, target, rows, gamma: float, top_k: int):
     )
 
 
-def scorer_loss(scorer: CausalScorer, head, target, rows, gamma: float, top_k: int, total=None):
+def scorer_loss(scorer: CausalScorer, head, target, rows, gamma: float, top_k: int, *, total=None):
     """The weighted in-candidate cross-entropy (module docstring) over ``rows``
     (``(features, input_ids, anchors)``, as :func:`~glance.training.block.block_logits` takes them),
     normalised by the weight of the offsets whose answer is a candidate, or
@@ -159,7 +159,7 @@ def train_scorer(
                 total = _weight(head, target, batch, gamma, cfg.top_k)
                 dist.all_reduce(total)
                 total = total.clamp_min(1e-12)
-            return scorer_loss(scorer, head, target, batch, gamma, cfg.top_k, total)
+            return scorer_loss(scorer, head, target, batch, gamma, cfg.top_k, total=total)
 
         log = fit(
             scorer,
