@@ -31,6 +31,7 @@ TINY = [
     "corpus.max_new_tokens=24",
     "corpus.shard_size=32",
     "head.train.steps=3",
+    "scorer.steps=3",
     "n=2",
     "max_new_tokens=10",
     "decode.bootstrap=200",
@@ -477,11 +478,13 @@ def test_repro_audit_law_and_table(repro):
     assert all(r["glance_extend_equal"] for rows in audit["tasks"].values() for r in rows)
     # every lossless row, with greedy's control beside each prompt
     assert {"glance", "glance_auto", "chain", "glance_extend", "glance@N=1", "glance@N=7",
-            "glance@0.7", "chain@0.7", "glance@1", "chain@1"} == set(audit["rows"])  # fmt: skip
+            "glance@0.7", "chain@0.7", "glance@1", "chain@1",
+            "glance_scored", "glance_scored@N=8"} == set(audit["rows"])  # fmt: skip
+    assert audit["scored_budgets"] == [63, 8]  # the decode stage's budget, then arms.budget
     assert all(r["equal"] == 5 and r["MISMATCH"] == 0 for r in audit["rows"].values())
     # decode ran the same recipe on these prompts: its rows are reused, not decoded again
     for task in TASKS:
-        assert {"ar", "glance", "glance_auto", "chain", "glance@0.7"} <= set(
+        assert {"ar", "glance", "glance_auto", "chain", "glance@0.7", "glance_scored"} <= set(
             audit["from_decode"][task]
         )
         assert not any(r.startswith("glance@N=") for r in audit["from_decode"][task])
@@ -495,6 +498,11 @@ def test_repro_audit_law_and_table(repro):
     assert all("extend" in row for row in sampled["tasks"].values())
     law = json.loads((repro / "results" / "law.json").read_text())
     assert set(law["tasks"]) == set(TASKS) and "pooled" in law
+    # the law again on the consistency scorer's rounds, compared with GLANCE's
+    assert set(law["scored"]["tasks"]) == set(TASKS) and "pooled" in law["scored"]
+    assert "grounding_order" in law["scored_vs_glance"]
+    scorer = json.loads((repro / "results" / "scorer.json").read_text())
+    assert scorer["settings"]["steps"] == 3 and scorer["train"]["heldout_curve"]
     table = json.loads((repro / "results" / "main_table.json").read_text())
     assert set(table["tasks"]) == set(TASKS)
     over = table["tasks"]["docvqa"]["tree_over_chain"]
@@ -771,7 +779,7 @@ def test_the_arms_pipeline_runs_by_name_and_every_lossless_row_is_greedy(repro):
     for case in [*arms["cases"].values(), arms["pooled"]]:
         rows = case["rows"]
         n = 4 if case is arms["pooled"] else case["n"]  # pooled: 2 tasks x 2 prompts
-        for row in ("glance", "eagle", "dflash_chain"):
+        for row in ("glance", "glance_scored", "eagle", "dflash_chain"):
             assert rows[row]["matches_baseline"] == n, (row, rows[row])
             assert not rows[row]["lossy"]
         assert rows["two_model"]["rounds"] >= 1 and not rows["two_model"]["lossy"]
@@ -783,6 +791,7 @@ def test_the_arms_pipeline_runs_by_name_and_every_lossless_row_is_greedy(repro):
             assert rows[row]["matches_baseline"] == n and not rows[row]["lossy"]
         keys = ("vs_eagle_tree", "vs_dflash_chain", "vs_two_model")
         keys += ("auto_vs_eagle_best", "auto_vs_eagle_tree", "auto_vs_dflash_chain")
+        keys += ("scored_vs_glance", "scored_vs_eagle_tree")
         for key in keys:
             foreign = key.endswith("dflash_chain")
             for measure in ("tau", "speed_end_to_end", *(("speed",) * (not foreign))):
@@ -798,6 +807,7 @@ def test_the_arms_pipeline_runs_by_name_and_every_lossless_row_is_greedy(repro):
     assert (repro / "figures" / "arms_context.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "(lossy)" in (repro / "results" / "arms.md").read_text()
     assert "Each system at its best" in (repro / "results" / "arms.md").read_text()
+    assert "with the consistency scorer" in (repro / "results" / "arms.md").read_text()
     # torch.compile, measured: every row eager and compiled decodes greedy's tokens
     compiled = json.loads((repro / "results" / "compile.json").read_text())
     assert set(compiled["rows"]) == {
