@@ -22,6 +22,7 @@ grounding order changed (:func:`glance.experiments.law_fit.compare_laws`).
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from glance.experiments.law_fit import compare_laws, deciles_csv, fit_tasks
@@ -29,15 +30,40 @@ from glance.pipeline.app import app, log, numerics_record, setup
 from glance.pipeline.files import write_set
 
 
+def _finite(x) -> bool:
+    if isinstance(x, float):
+        return math.isfinite(x)
+    if isinstance(x, dict):
+        return all(_finite(v) for v in x.values())
+    if isinstance(x, list | tuple):
+        return all(_finite(v) for v in x)
+    return True
+
+
+def _reported(fit: dict) -> dict:
+    """``fit``, or, when a degenerate fit on few rounds left a number that is
+    not finite, the reason in its place (JSON holds no NaN)."""
+    if _finite(fit):
+        return fit
+    bad = next(k for k, v in fit.items() if not _finite(v))
+    why = f" ({fit['reason']})" if fit.get("reason") else ""
+    return {"n": fit.get("n"), "error": f"degenerate fit: {bad} is not finite{why}"}
+
+
+def _fits(results, tasks, boot, system):
+    per_task, pooled = fit_tasks(results, tasks, **boot, system=system)
+    return {k: _reported(v) for k, v in per_task.items()}, _reported(pooled)
+
+
 @app
 def main(cfg) -> None:
     setup(cfg)
     results = Path(cfg.paths.results)
     boot = {"resamples": int(cfg.decode.bootstrap), "seed": int(cfg.seed)}
-    per_task, pooled = fit_tasks(results, cfg.tasks, **boot)
+    per_task, pooled = _fits(results, cfg.tasks, boot, "glance")
     law = {"pooled": pooled, "tasks": per_task}
     if cfg.decode.scored_row and cfg.budget != "auto":
-        tasks, both = fit_tasks(results, cfg.tasks, **boot, system="glance_scored")
+        tasks, both = _fits(results, cfg.tasks, boot, "glance_scored")
         law["scored"] = {"pooled": both, "tasks": tasks}
         law["scored_vs_glance"] = compare_laws(law, law["scored"])
         log.info("law on the scorer's rounds: %s", law["scored_vs_glance"])
