@@ -405,8 +405,10 @@ def test_repro_decode_summaries(repro):
             "chain@0.7",
             "chain@1",
             "glance_auto",
+            "glance_scored",
         }
         assert set(s["speed_over_chain"]) == {"glance", "glance_auto"}
+        assert s["systems"]["glance_scored"]["matches_baseline"] == 2
         reg = s["regime"]
         assert len(reg["chain_offset_acceptance"]) == s["cap"]
         assert reg["new_tokens_per_answer"] <= 10 and 1 <= reg["tau_ceiling"] <= s["cap"] + 1
@@ -602,7 +604,8 @@ def test_a_sweep_covers_temperature_and_extend_budget(repro):
     run draws the same text as its seeded baseline, and the extension widens
     the tree within its budget."""
     sweep = ["temperature=0,0.7", "extend_budget=0,5", "n=2", "chain=false"]
-    quiet = ["decode.sampled=[]", "decode.extend_row=0", "decode.auto_row=false"]
+    quiet = ["decode.sampled=[]", "decode.extend_row=0", "decode.auto_row=false",
+             "decode.scored_row=false"]  # fmt: skip
     run("-m", "stages.decode", "--config-name", "from_params", "-m",
         "+task=docvqa", *sweep, *quiet, cwd=repro)  # fmt: skip
     found = {}
