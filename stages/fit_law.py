@@ -22,7 +22,7 @@ grounding order changed (:func:`glance.experiments.law_fit.compare_laws`).
 
 from __future__ import annotations
 
-import math
+import json
 from pathlib import Path
 
 from glance.experiments.law_fit import compare_laws, deciles_csv, fit_tasks
@@ -31,18 +31,14 @@ from glance.pipeline.files import write_set
 
 
 def _finite(x) -> bool:
-    if isinstance(x, float):
-        return math.isfinite(x)
-    if isinstance(x, dict):
-        return all(_finite(v) for v in x.values())
-    if isinstance(x, list | tuple):
-        return all(_finite(v) for v in x)
-    return True
+    try:  # JSON's own check: no NaN or infinity anywhere inside
+        return bool(json.dumps(x, allow_nan=False))
+    except ValueError:
+        return False
 
 
 def _reported(fit: dict) -> dict:
-    """``fit``, or, when a degenerate fit on few rounds left a number that is
-    not finite, the reason in its place (JSON holds no NaN)."""
+    """``fit``, or a degenerate fit's reason in place of its non-finite numbers."""
     if _finite(fit):
         return fit
     bad = next(k for k, v in fit.items() if not _finite(v))
