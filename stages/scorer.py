@@ -57,24 +57,19 @@ def main(cfg) -> None:
 
     replace_dir(out, fill, "paths.scorer", expect=FILES)
     scorer = load_scorer(out, head, target)  # raises if it does not fit
-    curve = train_log.get("heldout_curve", [])
+    curve, marginal = train_log.get("heldout_curve", []), train_log.get("marginal_heldout_loss")
     write_json(
         Path(cfg.paths.results) / "scorer.json",
         {
             "path": str(out),
             "parameters": sum(p.numel() for p in scorer.parameters()),
             "settings": asdict(cfg.scorer),
-            "marginal_heldout_loss": train_log.get("marginal_heldout_loss"),
+            "marginal_heldout_loss": marginal,
             "train": write_timing(cfg, "scorer", train_log),
             "numerics": numerics_record(cfg),
         },
     )
-    log.info(
-        "scorer: held-out loss %s (the marginals' %s), last points %s",
-        curve[-1][1] if curve else None,
-        train_log.get("marginal_heldout_loss"),
-        curve[-3:],
-    )
+    log.info("scorer: held-out loss, last points %s (the marginals' %s)", curve[-3:], marginal)
 
 
 if __name__ == "__main__":

@@ -150,7 +150,7 @@ def test_a_hub_layout_checkpoint_runs_through_the_stages(tmp_path, kind, group):
         "head=checkpoint", f"head.path={tmp_path / 'head'}", "tasks=[docvqa]", "n=2",
         "max_new_tokens=12", f"paths.data={work / 'data'}", f"paths.target={work / 'target'}",
         f"paths.head={work / 'head'}", f"paths.results={work / 'results'}", "threads=1",
-        "decode.bootstrap=50",
+        "decode.bootstrap=50", "decode.scored_row=false",  # no corpus here to train a scorer on
     ]  # fmt: skip
     _stage("prepare", *common, "prepare.dataset=docvqa", f"prepare.source={source}", cwd=work)
     records = [json.loads(x) for x in (work / "data" / "docvqa.jsonl").read_text().splitlines()]
@@ -220,6 +220,8 @@ def test_a_hub_layout_target_trains_its_own_head(tmp_path, kind, group, features
         "corpus.max_new_tokens=16", "head=train", "head.train.layers=1",
         "head.train.block_size=8", "head.train.steps=12", "head.train.eval_every=4",
         "head.train.save_every=5", f"head.train.features={features}",
+        f"paths.scorer={work / 'scorer'}", "scorer.rank=8", "scorer.top_k=16", "scorer.steps=6",
+        "scorer.rows=4", "scorer.blocks_per_row=2", "scorer.eval_every=2", "scorer.save_every=4",
     ]  # fmt: skip
     _stage("prepare", *common, "prepare.dataset=docvqa", f"prepare.source={source}", cwd=work)
     _stage("target", *common, cwd=work)
@@ -232,11 +234,18 @@ def test_a_hub_layout_target_trains_its_own_head(tmp_path, kind, group, features
     assert record["train"]["features"] == features and len(record["train"]["heldout_curve"]) == 4
     assert not (work / "checkpoints" / "head").exists()  # finished: nothing left to resume
     assert (work / "results" / "train" / "head" / "metrics.json").is_file()
+    _stage("scorer", *common, cwd=work)  # the consistency scorer, behind the trained head
+    scorer = json.loads((work / "results" / "scorer.json").read_text())
+    curve = scorer["train"]["heldout_curve"]
+    assert [s for s, _ in curve] == [0, 2, 4, 6] and min(x for _, x in curve) > 0
+    assert scorer["marginal_heldout_loss"] > 0
+    assert not (work / "checkpoints" / "scorer").exists()
     _stage("decode", *common, "+task=docvqa", "decode.sampled=[0.7]", cwd=work)
     summary = json.loads((work / "results" / "decode" / "docvqa" / "summary.json").read_text())
-    for row in ("glance", "chain", "glance@0.7"):
+    for row in ("glance", "chain", "glance_scored", "glance@0.7"):
         assert summary["systems"][row]["matches_baseline"] == 2, row
     _stage("audit", *common, "audit.n=2", "sweep.budgets=[1,15]", "decode.sampled=[0.7]",
            cwd=work)  # fmt: skip
     audit = json.loads((work / "results" / "audit.json").read_text())
     assert audit["mismatch"] == 0 and audit["equal"] == 2
+    assert {"glance_scored", "glance_scored@N=32"} <= set(audit["rows"])

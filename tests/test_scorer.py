@@ -226,3 +226,39 @@ def test_training_lowers_the_heldout_loss_below_the_marginals_and_reproduces():
     a, b = runs
     assert a == b  # deterministic: the same weights and curve
     assert a["curve"][-1][1] < a["marginal"]
+
+
+@pytest.mark.parametrize("world", ["qwen3"], indirect=True)
+def test_heldout_rows_with_no_candidate_answer_are_left_out_of_the_loss(world):
+    """A held-out row whose answer is never among the head's top ``K`` has no
+    in-candidate loss; it is left out of the held-out mean (with a warning)
+    rather than counted as a loss of 0."""
+    from glance.training.block import Rows, Sequence, _heldout_rows
+    from glance.training.scorer import ScorerTrain, _Probe, _weight, train_scorer
+
+    target, head = world.target, world.head
+    prompt = world.input_ids[0]
+    settings_ = ScorerTrain(rank=4, top_k=2, steps=1, rows=2, blocks_per_row=2)
+    gamma = 7.0 * int(head.block_size) / 16
+    layers = list(head.target_layer_ids)
+    found = {}  # constant answers: one the head's top 2 meet somewhere, one they never do
+    for token in range(int(target.config.get_text_config().vocab_size)):
+        seq = Sequence(torch.cat([prompt, torch.full((24,), token)]), prompt.shape[0])
+        probe = _heldout_rows(target, Rows([seq]), layers, _Probe(2, settings_.seed))
+        found.setdefault(bool(_weight(head, target, probe, gamma, 2) > 0), seq)
+        if len(found) == 2:
+            break
+    assert len(found) == 2, found.keys()
+    own, missed = found[True], found[False]
+
+    def marginal(heldout):
+        _, log = train_scorer(head, target, [own], settings_, heldout=heldout, progress=False)
+        return log["marginal_heldout_loss"], log.get("heldout_curve", [])
+
+    alone = marginal([own])
+    assert alone[0] is not None and alone[0] > 0
+    with pytest.warns(UserWarning, match="1 of 2 held-out rows"):
+        both = marginal([own, missed])
+    assert both == alone
+    with pytest.warns(UserWarning, match="1 of 1 held-out rows"):
+        assert marginal([missed]) == (None, [])

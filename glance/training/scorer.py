@@ -17,6 +17,7 @@ loss is normalised by the whole batch's weight.
 from __future__ import annotations
 
 import time
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -116,7 +117,9 @@ def train_scorer(
     :class:`~glance.training.corpus.Corpus`). Returns ``(scorer, log)``; the
     log's ``heldout_curve`` holds the loss on fixed blocks of ``heldout``
     every ``eval_every`` steps and ``"marginal_heldout_loss"`` the same loss
-    of the untrained scorer (the product of marginals), for comparison."""
+    of the untrained scorer (the product of marginals), for comparison. Rows
+    where no answer token is ever among the head's candidates have no loss to
+    take; they are left out, with a warning that counts them."""
     from glance.training.block import _heldout_rows
     from glance.training.features import features_for
 
@@ -133,6 +136,15 @@ def train_scorer(
         feats = features_for("online", target, rows, layer_ids)
         held = heldout if hasattr(heldout, "sequence") else Rows(heldout)
         probe = _heldout_rows(target, held, layer_ids, _Probe(cfg.blocks_per_row, cfg.seed))
+        with torch.no_grad():  # a row whose answer is never a candidate has nothing to score
+            kept = [p for p in probe if _weight(head, target, [p], gamma, cfg.top_k) > 0]
+        if len(kept) < len(probe):
+            warnings.warn(
+                f"train_scorer: {len(probe) - len(kept)} of {len(probe)} held-out rows have no "
+                f"answer token among the head's top {cfg.top_k}; the held-out loss leaves them out",
+                stacklevel=2,
+            )
+        probe = kept
 
         def row_loss(row):
             return scorer_loss(scorer, head, target, [row], gamma, cfg.top_k)
