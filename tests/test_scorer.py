@@ -251,14 +251,14 @@ def test_heldout_rows_with_no_candidate_answer_are_left_out_of_the_loss(world):
     assert len(found) == 2, found.keys()
     own, missed = found[True], found[False]
 
-    def marginal(heldout):
+    def heldout_loss(heldout):
         _, log = train_scorer(head, target, [own], settings_, heldout=heldout, progress=False)
         return log["marginal_heldout_loss"], log.get("heldout_curve", [])
 
-    alone = marginal([own])
+    alone = heldout_loss([own])
     assert alone[0] is not None and alone[0] > 0
     with pytest.warns(UserWarning, match="1 of 2 held-out rows"):
-        both = marginal([own, missed])
+        both = heldout_loss([own, missed])
     assert both == alone
     with pytest.warns(UserWarning, match="1 of 1 held-out rows"):
-        assert marginal([missed]) == (None, [])
+        assert heldout_loss([missed]) == (None, [])
