@@ -38,7 +38,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from glance.experiments import bench
-from glance.pipeline.app import app, log, numerics_record, setup, task_by_name
+from glance.pipeline.app import app, log, setup, task_by_name, timing_record
 from glance.pipeline.files import write_set
 
 
@@ -64,8 +64,10 @@ def main(cfg) -> None:
     result["length_curve"] = bench.length_curve(s)
     result["budget_curve"] = bench.budget_curve(s)
     result["context_cost"] = bench.context_cost(s)
+    machine, line = timing_record(cfg)
     tables = bench.bench_tables(result)
-    result |= {"numerics": numerics_record(cfg)}
+    tables["bench.md"] = f"{line}\n\n{tables['bench.md']}"
+    result |= {"numerics": machine}
     write_set(Path(cfg.paths.results), "bench.json", result, tables)
     log.info("bench:\n%s", tables["bench.md"])
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from glance.pipeline.app import app, log, numerics_record, setup, task_by_name
+from glance.pipeline.app import app, log, setup, task_by_name, timing_record
 from glance.pipeline.files import write_set
 
 
@@ -26,10 +26,9 @@ def main(cfg) -> None:
     task, n = task_by_name(cfg.bench.cost_task), int(cfg.bench.n)
     s = open_session(cfg, inputs=[(task, n + 1)])
     result = compile_bench(s, task, n, int(cfg.seed), int(cfg.decode.bootstrap))
-    tables = {"compile.md": compile_markdown(result)}
-    write_set(
-        Path(cfg.paths.results), "compile.json", result | {"numerics": numerics_record(cfg)}, tables
-    )
+    machine, line = timing_record(cfg)
+    tables = {"compile.md": f"{line}\n\n{compile_markdown(result)}"}
+    write_set(Path(cfg.paths.results), "compile.json", result | {"numerics": machine}, tables)
     log.info("compile:\n%s", tables["compile.md"])
 
 

@@ -7,139 +7,80 @@ covered by the stage's ``deps``; so must the C kernel's source wherever
 ``glance.core.tree`` is imported. Otherwise an edit to an undeclared file leaves
 ``dvc status`` clean and the committed results stale.
 
-The converse holds too: a stage's ``glance`` deps are exactly the subpackages
-(and top-level modules) its closure reaches, so that an edit to the decoding
-loop does not retrain a head.
+The converse holds too: deps are by file, and a stage declares no source file
+its closure does not reach, so that an edit to the decoding loop or the budget
+planner retrains no head. The closure is :mod:`glance.testing.dvc_deps`'s.
 """
 
 from __future__ import annotations
 
-import ast
-import re
 from pathlib import Path
 
 import pytest
 
-yaml = pytest.importorskip("yaml")
+pytest.importorskip("yaml")
+
+from glance.testing import dvc_deps  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
+STAGES = [(f"{p}:{n}", m, d) for p, n, m, d in dvc_deps.stages()]
 
 
-def _module_files() -> dict[str, Path]:
-    out = {}
-    for top in ("glance", "stages"):
-        for path in (ROOT / top).rglob("*.py"):
-            rel = path.relative_to(ROOT).with_suffix("")
-            parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
-            out[".".join(parts)] = path
-    return out
-
-
-def _lazy() -> dict[str, str]:
-    """``glance``'s lazy attributes: name -> the module that defines it."""
-    tree = ast.parse((ROOT / "glance" / "__init__.py").read_text(encoding="utf-8"))
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "_LAZY":
-            return ast.literal_eval(node.value)
-    raise AssertionError("glance/__init__.py has no _LAZY table")
-
-
-def _imports(path: Path, modules: dict) -> set[str]:
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    found, lazy = set(), _lazy()
-    for node in ast.walk(tree):
-        names = []
-        if isinstance(node, ast.Import):
-            names = [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
-            if node.module == "glance":  # `from glance import generate`
-                names += [lazy[a.name] for a in node.names if a.name in lazy]
-        elif (  # `glance.generate(...)`
-            isinstance(node, ast.Attribute)
-            and isinstance(node.value, ast.Name)
-            and node.value.id == "glance"
-            and node.attr in lazy
-        ):
-            names = [lazy[node.attr]]
-        for name in names:
-            while (
-                name and name not in modules
-            ):  # `glance.core.tree.search_tree` -> glance.core.tree
-                name = name.rpartition(".")[0]
-            if name:
-                found.add(name)
-                parts = name.split(".")  # importing a submodule runs its packages too
-                found |= {".".join(parts[:i]) for i in range(1, len(parts))}
-    return found & set(modules)
-
-
-def _closure(start: str, modules: dict) -> set[str]:
-    seen, todo = set(), [start]
-    while todo:
-        m = todo.pop()
-        if m not in seen:
-            seen.add(m)
-            todo += _imports(modules[m], modules)
-    return seen
-
-
-PIPELINES = ("dvc.yaml", "stages/arms/dvc.yaml")
-
-
-def _stages():
-    for pipeline in PIPELINES:
-        for name, stage in yaml.safe_load((ROOT / pipeline).read_text())["stages"].items():
-            body = stage.get("do", stage)
-            module = re.search(r"\$\{app\}\.(\w+)", body["cmd"]).group(1)
-            yield name, f"stages.{module}", [str(d) for d in body.get("deps", [])]
-
-
-@pytest.mark.parametrize(("name", "module", "deps"), list(_stages()), ids=lambda x: str(x)[:20])
+@pytest.mark.parametrize(("name", "module", "deps"), STAGES, ids=lambda x: str(x)[:30])
 def test_dvc_yaml_declares_every_file_a_stage_reads(name, module, deps):
-    modules = _module_files()
-    needed = {modules[m].relative_to(ROOT).as_posix() for m in _closure(module, modules)}
-    if "glance/core/tree.py" in needed:
-        needed.add("glance/core/_ctree.c")
-
-    def covered(f):
-        return any(f == d or f.startswith(d.rstrip("/") + "/") for d in deps)
-
-    missing = sorted(f for f in needed if not covered(f))
-    assert not missing, f"dvc.yaml stage {name!r} ({module}) reads undeclared {missing}"
+    needed = dvc_deps.closure(module)
+    missing = [f for f in needed if f not in deps]
+    assert not missing, (
+        f"stage {name!r} ({module}) reads undeclared {missing}: "
+        "run python -m glance.testing.dvc_deps"
+    )
     ignored = sorted(f for f in needed if _dvcignored(f))
     assert not ignored, f"stage {name!r} ({module}) reads {ignored}, which .dvcignore hides"
 
 
-def _unit(rel: str) -> str:
-    """What a stage declares for a file under ``glance/``: its subpackage's
-    folder, or the file itself when it sits at the top."""
-    parts = rel.split("/")
-    return "/".join(parts[:2]) if len(parts) > 2 else rel
-
-
-@pytest.mark.parametrize(("name", "module", "deps"), list(_stages()), ids=lambda x: str(x)[:20])
-def test_glance_deps_are_the_subpackages_a_stage_reaches(name, module, deps):
-    modules = _module_files()
-    needed = {modules[m].relative_to(ROOT).as_posix() for m in _closure(module, modules)}
-    units = {_unit(f) for f in needed if f.startswith("glance/")}
-    declared = {d.rstrip("/") for d in deps if d == "glance" or d.startswith("glance/")}
-    assert declared == units, (
-        f"stage {name!r} ({module}): glance deps {sorted(declared)}, "
-        f"but its imports reach {sorted(units)}"
+@pytest.mark.parametrize(("name", "module", "deps"), STAGES, ids=lambda x: str(x)[:30])
+def test_a_stage_declares_no_source_file_it_does_not_read(name, module, deps):
+    """Deps by file, not by folder: a folder (or a file outside the closure)
+    would rerun the stage for edits it never reads."""
+    declared = [d for d in deps if d == "glance" or d.startswith(("glance/", "stages/"))]
+    extra = sorted(set(declared) - set(dvc_deps.closure(module)))
+    assert not extra, (
+        f"stage {name!r} ({module}) declares {extra}, which its imports never reach: "
+        "run python -m glance.testing.dvc_deps"
     )
 
 
-def test_a_change_to_the_decoding_loop_retrains_no_head():
+@pytest.mark.parametrize("edited", ["glance/core/budget.py", "glance/decoding/loop.py"])
+def test_an_edit_to_the_planner_or_the_loop_retrains_no_head(edited):
     # The target stage scores the target's greedy answers with glance's own
     # greedy decoding, so it reruns; its outputs stay byte-identical when the
     # decoder stays lossless, and DVC then leaves the heads alone.
-    modules = _module_files()
-    for name, module, deps in _stages():
-        if name in ("prepare", "seed_data", "head", "eagle_head", "assistant"):
-            reached = {modules[m].relative_to(ROOT).as_posix() for m in _closure(module, modules)}
-            assert "glance/decoding/loop.py" not in reached, name
-            assert not any(d.startswith("glance/decoding") or d == "glance" for d in deps), name
+    training = {"prepare", "seed_data", "corpus", "head", "scorer", "eagle_head", "assistant"}
+    for name, module, deps in STAGES:
+        if name.split(":")[1] in training:
+            assert edited not in dvc_deps.closure(module), (name, edited)
+            assert edited not in deps, (name, edited)
+
+
+def test_the_rewrite_replaces_a_stage_s_source_deps_in_place():
+    text = (
+        "stages:\n  a:\n    cmd: x\n    deps:\n      - glance/core\n      - data/x\n"
+        "      - stages/a.py\n    outs: [y]\n  b:\n    deps:\n      - glance/_io.py\n"
+    )
+    out = dvc_deps.rewrite(text, {"a": ["glance/core/law.py", "stages/a.py"]})
+    assert out == text.replace(
+        "      - glance/core\n      - data/x\n      - stages/a.py\n",
+        "      - glance/core/law.py\n      - stages/a.py\n      - data/x\n",
+    )
+    with pytest.raises(ValueError, match="'c'"):
+        dvc_deps.rewrite(text, {"c": []})
+
+
+def test_the_closure_follows_function_level_and_lazy_imports():
+    files = dvc_deps.closure("stages.decode")
+    assert "glance/decoding/loop.py" in files  # glance.generate, a lazy attribute
+    assert "glance/core/_ctree.c" in files  # the kernel behind glance.core.tree
+    assert {"stages/__init__.py", "stages/decode.py"} <= set(files)
 
 
 def _dvcignored(rel: str) -> bool:
@@ -150,10 +91,9 @@ def _dvcignored(rel: str) -> bool:
 
 
 def test_dvcignore_hides_only_modules_no_stage_imports():
-    modules = _module_files()
     read = set()
-    for _, module, _ in _stages():
-        read |= {modules[m].relative_to(ROOT).as_posix() for m in _closure(module, modules)}
+    for _, module, _ in STAGES:
+        read |= set(dvc_deps.closure(module))
     hidden = [p.relative_to(ROOT).as_posix() for p in (ROOT / "glance").rglob("*.py")]
     hidden = [f for f in hidden if _dvcignored(f)]
     assert "glance/testing/__init__.py" in hidden and not set(hidden) & read

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from glance.core.numerics import Numerics, NumericsError, pin, unpinned
+from glance.core.numerics import Numerics, NumericsError, cpu, pin, unpinned
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -18,7 +18,31 @@ ROOT = Path(__file__).resolve().parent.parent
 # under the default pinned numerics. When the training code, the toy target or
 # the corpus changes on purpose, rerun that command and paste its sha256 here,
 # in the same commit as the change and the pipeline's regenerated results.
-GOLDEN = "038ab6c5b1467612f0fe9c78079687efcdbeca72e8905d5cbf0038131ce5d249"
+GOLDEN = "c0ea6005fb67edce2eb5a7e3aba92bece8d1149cc59c30ca2abcee65b43d5bca"
+# The CPU vendor of the machine that made GOLDEN and the committed results
+# (an Intel Xeon with AVX-512). MKL honours the MKL_CBWR pin on Intel CPUs only,
+# so an AMD machine trains other bits under the same pin (docs/guarantees.md):
+# there the test is an expected failure that names the CPU and both hashes,
+# until a pin that holds across vendors is found.
+GOLDEN_VENDOR = "GenuineIntel"
+
+
+def check_golden(sha: str) -> None:
+    """Assert ``sha`` is GOLDEN on a CPU of GOLDEN's vendor; elsewhere, xfail
+    naming the CPU, its vector features and both hashes."""
+    machine = cpu()
+    if sha == GOLDEN:
+        return
+    said = (
+        f"golden weights {sha} != committed {GOLDEN} on {machine['model']!r} "
+        f"({machine['vendor']}; features {' '.join(machine['features'])})"
+    )
+    if machine["vendor"] != GOLDEN_VENDOR:
+        pytest.xfail(f"{said}: GOLDEN was made on a {GOLDEN_VENDOR} CPU (MKL_CBWR honoured)")
+    raise AssertionError(
+        f"{said}: this machine's numerics differ from the machine that made the results, "
+        "or the training code changed (see GOLDEN's comment)"
+    )
 
 
 def golden(env_extra: dict, *args: str) -> dict:
@@ -36,40 +60,41 @@ def golden(env_extra: dict, *args: str) -> dict:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("capability", ["avx2", "default"])
+@pytest.mark.parametrize("capability", ["avx512", "default"])
 def test_the_golden_run_gives_the_committed_weights_whatever_capability_is_set(capability):
     """The pin wins over what the machine (or the user) would choose: the same
-    weights with ATEN_CPU_CAPABILITY preset to avx2 or to default."""
+    weights with ATEN_CPU_CAPABILITY preset to avx512 or to default."""
     out = golden({"ATEN_CPU_CAPABILITY": capability, "MKL_CBWR": "AUTO"})
-    assert out["numerics"]["aten_capability"] == "default"
+    assert out["numerics"]["aten_capability"] == "avx2"
     assert out["numerics"]["MKL_CBWR"] == "AVX2"
-    assert out["sha256"] == GOLDEN, (
-        f"golden weights {out['sha256']} != committed {GOLDEN}: this machine's "
-        "numerics differ from the machine that made the results, or the training "
-        "code changed (see GOLDEN's comment)"
-    )
-
-
-def _cpu_has_avx2() -> bool:
-    try:
-        return " avx2 " in Path("/proc/cpuinfo").read_text() + " "
-    except OSError:
-        return False
+    check_golden(out["sha256"])
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not _cpu_has_avx2(), reason="the CPU's own level is the pinned one")
-def test_the_golden_hash_moves_when_the_machine_picks_its_own_kernels():
-    """The golden test can fail: unpinned, on an AVX2 CPU, ATen's avx2 kernels
-    round differently and the weights differ."""
-    out = golden({}, "--unpinned")
-    assert out["numerics"]["aten_capability"] != "default"
+def test_the_golden_hash_moves_with_aten_s_level():
+    """The golden test can fail: at ATen's baseline kernels the weights differ."""
+    out = golden({}, "--aten", "default")
+    assert out["numerics"]["aten_capability"] == "default"
     assert out["sha256"] != GOLDEN
+
+
+def test_a_golden_mismatch_fails_on_the_vendor_that_made_it_and_xfails_elsewhere(monkeypatch):
+    import _pytest.outcomes
+
+    monkeypatch.setattr(sys.modules[__name__], "cpu", lambda: {
+        "vendor": GOLDEN_VENDOR, "model": "X", "features": ["avx2"]})  # fmt: skip
+    check_golden(GOLDEN)
+    with pytest.raises(AssertionError, match="'X' .GenuineIntel; features avx2."):
+        check_golden("0" * 64)
+    monkeypatch.setattr(sys.modules[__name__], "cpu", lambda: {
+        "vendor": "AuthenticAMD", "model": "EPYC", "features": ["avx2", "avx512f"]})  # fmt: skip
+    with pytest.raises(_pytest.outcomes.XFailed, match=f"0{{64}} != committed {GOLDEN}.*avx512f"):
+        check_golden("0" * 64)
 
 
 def test_the_env_holds_one_value_per_library_switch():
     env = Numerics(threads=3).env()
-    assert env["ATEN_CPU_CAPABILITY"] == "default"
+    assert env["ATEN_CPU_CAPABILITY"] == "avx2"
     assert env["MKL_CBWR"] == "AVX2"
     assert env["ONEDNN_MAX_CPU_ISA"] == "AVX2"
     assert env["OPENBLAS_CORETYPE"] == "Haswell"
@@ -97,7 +122,7 @@ def test_pin_refuses_when_torch_already_loaded_other_numerics(monkeypatch):
     pytest.importorskip("torch")
     for k in Numerics().env():
         monkeypatch.delenv(k, raising=False)
-    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx2")
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "default")
     before = dict(os.environ)
     with pytest.raises(NumericsError, match="ATEN_CPU_CAPABILITY: torch is already imported"):
         pin(Numerics())

@@ -11,12 +11,18 @@ under which numerics they were made.
 
 The defaults (see ``numerics`` in ``conf/config.yaml``) are measured choices:
 
-- ``ATEN_CPU_CAPABILITY=default``: PyTorch's kernels built for baseline
-  x86-64. Its ``avx2`` kernels round differently (fused multiply-adds, SLEEF's
-  transcendentals), so a level the CPU could exceed is not enough: results
-  made at ``avx2`` change when a machine, or a user, runs at ``default``.
+- ``ATEN_CPU_CAPABILITY=avx2``: PyTorch's AVX2 kernels on every x86-64 CPU
+  with AVX2, AVX-512 ones included. The ``default`` (baseline x86-64) kernels
+  round the same way everywhere too, but run elementwise work unvectorised:
+  training ran about twice as slow under them. Each level rounds its own way
+  (fused multiply-adds, SLEEF's transcendentals), so a result holds only at the
+  level it was made at, which this pin fixes.
 - ``MKL_CBWR=AVX2``: MKL's conditional numerical reproducibility, the AVX2 code
-  path on any CPU that has it (matrix products; the bulk of the arithmetic).
+  path on any Intel CPU that has it (matrix products; the bulk of the
+  arithmetic). MKL honours it on Intel CPUs only: on an Intel AVX-512 machine
+  the golden hash moves with it (``AVX2`` against ``AVX512`` or ``AUTO``), but
+  on AMD it is ignored, so AMD and Intel machines train different bits under
+  the same pin (``docs/guarantees.md``).
 - ``ONEDNN_MAX_CPU_ISA=AVX2``: oneDNN (convolutions) capped at AVX2.
 - ``OPENBLAS_CORETYPE=Haswell``: NumPy's and SciPy's OpenBLAS on its AVX2 kernels.
 - ``NPY_DISABLE_CPU_FEATURES``: NumPy's own AVX-512 loops turned off.
@@ -55,7 +61,7 @@ class Numerics:
     """One value per library's switch; ``pin=False`` leaves the machine's own."""
 
     pin: bool = True
-    aten_cpu_capability: str = "default"
+    aten_cpu_capability: str = "avx2"
     mkl_cbwr: str = "AVX2"
     onednn_max_cpu_isa: str = "AVX2"
     openblas_coretype: str = "Haswell"
@@ -174,3 +180,37 @@ def record(numerics: Numerics) -> dict:
             elif line.startswith("Intel(R) MKL-DNN"):
                 out["onednn"] = line.split()[2]
     return out
+
+
+def cpu() -> dict:
+    """The machine's CPU as ``/proc/cpuinfo`` names it: ``vendor``, ``model``,
+    and ``features``, its AVX2 and AVX-512 flags (empty where there is no
+    ``/proc/cpuinfo``). A timing is read against it; a bit-for-bit result is
+    not, which is why :func:`record` leaves it out."""
+    out = {"vendor": "", "model": "", "features": []}
+    try:
+        text = open("/proc/cpuinfo", encoding="utf-8").read()
+    except OSError:
+        return out
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        key, value = key.strip(), value.strip()
+        if key == "vendor_id" and not out["vendor"]:
+            out["vendor"] = value
+        elif key == "model name" and not out["model"]:
+            out["model"] = value
+        elif key == "flags" and not out["features"]:
+            out["features"] = sorted(f for f in value.split() if f.startswith(("avx2", "avx512")))
+    return out
+
+
+def describe_timing_machine(numerics: Numerics) -> str:
+    """One line for a timing table: the CPU and the kernels the times ran on."""
+    torch = sys.modules.get("torch")
+    level = torch.backends.cpu.get_cpu_capability().lower() if torch is not None else "unknown"
+    c = cpu()
+    how = "pinned numerics" if numerics.pin else "the machine's own kernels (numerics unpinned)"
+    return (
+        f"Timed on {c['model'] or 'an unnamed CPU'} ({c['vendor'] or 'unknown vendor'}), "
+        f"{numerics.threads} threads, with {how}: PyTorch's kernels at {level}."
+    )

@@ -64,11 +64,11 @@ def verify_costs(cfg: Config):
     the config fixes it (the auto rows then reproduce bit for bit), else a
     book that measures a target's verify cost once per stage process."""
     global _measured
-    from glance.core.budget import VerifyCosts
+    from glance.core.budget import VerifyCost, VerifyCosts
 
     fixed = auto_cost(cfg)
     if fixed is not None:
-        return VerifyCosts(fixed=fixed)
+        return VerifyCosts(fixed=VerifyCost(*fixed))
     if _measured is None:
         _measured = VerifyCosts()
     return _measured

@@ -96,6 +96,16 @@ def numerics_record(cfg: Config) -> dict:
     return record(numerics_of(cfg))
 
 
+def timing_record(cfg: Config) -> tuple[dict, str]:
+    """What a timing stage records of the machine it timed on: the numerics
+    record plus the CPU (:func:`glance.core.numerics.cpu`), and one line that
+    says so above its tables."""
+    from glance.core.numerics import cpu, describe_timing_machine
+
+    pinned = numerics_of(cfg)
+    return numerics_record(cfg) | {"cpu": cpu()}, describe_timing_machine(pinned)
+
+
 def setup(cfg: Config) -> None:
     """Seed every generator from ``cfg.seed``, set torch's thread count, and
     check that ``cfg.device`` exists here, before any model loads."""

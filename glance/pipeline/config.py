@@ -521,13 +521,13 @@ def check_scorer(cfg) -> None:
 
 
 def auto_cost(cfg):
-    """``target.auto_cost`` as a :class:`glance.core.budget.VerifyCost`, or ``None``
-    (measure on the machine), or exit naming the bad key."""
+    """``target.auto_cost`` checked, as ``(sizes, verify_ms, draft_ms)`` (the
+    fields of a :class:`glance.core.budget.VerifyCost`), or ``None`` (measure on
+    the machine), or exit naming the bad key. Plain values, so that the stages
+    that only check the config do not depend on the planner's module."""
     table = cfg.target.auto_cost
     if table is None:
         return None
-    from glance.core.budget import VerifyCost
-
     key = "target.auto_cost"
     sizes = [integer(f"{key}.sizes[{i}]", n, 1, MAX_BUDGET) for i, n in enumerate(table.sizes)]
     ms = [
@@ -538,7 +538,7 @@ def auto_cost(cfg):
         _fail(f"{key}.verify_ms", list(ms), f"one time per size ({len(sizes)}), at least one")
     if any(b <= a for a, b in zip(sizes, sizes[1:], strict=False)):
         _fail(f"{key}.sizes", sizes, "strictly ascending sizes")
-    return VerifyCost(tuple(sizes), tuple(ms), draft)
+    return tuple(sizes), tuple(ms), draft
 
 
 def numerics(cfg):

@@ -117,10 +117,18 @@ def mask_token_id(processor, target) -> int:
     return int(tok.pad_token_id)
 
 
+def features_dir(cfg) -> Path:
+    """Where offline context features are kept: one folder the head and the
+    scorer share (each file is keyed by corpus, target and layers), left in
+    place after training so the next run over the same corpus reads it."""
+    return Path(cfg.paths.checkpoints) / "features"
+
+
 def train_block_head(cfg, target, processor, target_dir, out: Path | None) -> dict:
     """Train ``head.train`` on the corpus; rank 0 saves the head to ``out``.
 
-    Checkpoints and offline features go to ``<paths.checkpoints>/head``, the
+    Checkpoints go to ``<paths.checkpoints>/head``, offline features to
+    :func:`features_dir`, the
     dvclive metrics to ``<paths.results>/train/head``. The corpus must have
     been answered by this very target (its recipe records the target's hash).
     """
@@ -162,7 +170,7 @@ def train_block_head(cfg, target, processor, target_dir, out: Path | None) -> di
         heldout=heldout,
         eval_every=t.eval_every,
         features=t.features,
-        work_dir=work,
+        features_dir=features_dir(cfg),
         files=files,
     )
     if world()[0] == 0 and out is not None:
@@ -214,6 +222,8 @@ def train_consistency_scorer(cfg, target, processor, head, out: Path | None) -> 
         heldout=heldout,
         eval_every=s.eval_every,
         files=files,
+        features=cfg.head.train.features,
+        features_dir=features_dir(cfg),
     )
     if world()[0] == 0 and out is not None:
         scorer.save_pretrained(out)

@@ -6,12 +6,14 @@ shipped toy target, trains a one-layer block head on it for ``--steps`` steps
 and prints the SHA-256 of the saved weights. ``tests/test_numerics.py``
 compares it with the hash committed there, so a CI machine whose CPU rounds
 differently from the one that made the results fails loudly.
-``--unpinned`` leaves the machine's own numerics (to show the hash moves).
+``--unpinned`` leaves the machine's own numerics, and ``--aten LEVEL`` pins
+ATen at another level (each to show the hash moves).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import json
 import tempfile
@@ -51,8 +53,11 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--unpinned", action="store_true")
+    parser.add_argument("--aten", help="pin ATen at this level instead of the default's")
     args = parser.parse_args(argv)
     numerics = Numerics(pin=not args.unpinned, threads=2)
+    if args.aten:
+        numerics = dataclasses.replace(numerics, aten_cpu_capability=args.aten)
     pin(numerics, reexec=True)
     import torch
 

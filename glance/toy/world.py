@@ -237,9 +237,9 @@ def train_target(
 def _train_phase(model, encoder, table, cfg: TrainConfig, seed: int, bar) -> dict:
     """One phase of :func:`train_target`: ``cfg.steps`` steps of a fresh AdamW
     with warm-up and cosine decay, on examples drawn from ``[seed, 1]``."""
-    from glance.training.loop import lr_at, optimizer_step
+    from glance.training.loop import Clock, lr_at, optimizer_step
 
-    rng = np.random.default_rng([seed, 1])
+    rng, clock = np.random.default_rng([seed, 1]), Clock()
     mix = (*TASKS, AUX_TASK)
     torch.manual_seed(seed)
     weights = np.array(cfg.task_weights) / sum(cfg.task_weights)
@@ -252,28 +252,38 @@ def _train_phase(model, encoder, table, cfg: TrainConfig, seed: int, bar) -> dic
     )
     start, losses = time.perf_counter(), []
     for step in bar:
-        items, contexts = [], None
-        if cfg.long_every and step % cfg.long_every == cfg.long_every - 1:
-            contexts = []
-            for b in range(cfg.long_batch):
-                long = b % 2 == 0
-                ex = make_example(LONG_TASK if long else TASKS[int(rng.integers(len(TASKS)))], rng)
-                items.append((ex, ex.sample_answer(rng)))
-                contexts.append(0 if long else int(rng.integers(cfg.context + 1)))
-        else:
-            for _ in range(cfg.batch):
-                ex = make_example(mix[int(rng.choice(len(mix), p=weights))], rng)
-                items.append((ex, ex.sample_answer(rng)))
-        loss, _ = answer_loss(model, make_batch(encoder, items, table, contexts))
-        losses.append(optimizer_step(optim, model, loss, lr_at(step, cfg)))
+        with clock("loss"):
+            loss = _phase_loss(model, encoder, table, cfg, rng, mix=mix, weights=weights, step=step)
+        losses.append(optimizer_step(optim, model, loss, lr_at(step, cfg), clock=clock))
         if step % 50 == 0:
             bar.set_postfix(loss=f"{np.mean(losses[-50:]):.3f}")
+    seconds = time.perf_counter() - start
+    phases = {k: round(v, 3) for k, v in sorted(clock.seconds.items())}
     return {
         "seed": seed,
         "steps": cfg.steps,
-        "seconds": time.perf_counter() - start,
+        "seconds": seconds,
+        "phase_seconds": phases | {"other": round(seconds - sum(clock.seconds.values()), 3)},
         "final_loss": float(np.mean(losses[-50:])),
     }
+
+
+def _phase_loss(model, encoder, table, cfg: TrainConfig, rng, *, mix, weights, step: int):
+    """One step's batch of :func:`_train_phase`, drawn from ``rng``, and its loss."""
+    items, contexts = [], None
+    if cfg.long_every and step % cfg.long_every == cfg.long_every - 1:
+        contexts = []
+        for b in range(cfg.long_batch):
+            long = b % 2 == 0
+            ex = make_example(LONG_TASK if long else TASKS[int(rng.integers(len(TASKS)))], rng)
+            items.append((ex, ex.sample_answer(rng)))
+            contexts.append(0 if long else int(rng.integers(cfg.context + 1)))
+    else:
+        for _ in range(cfg.batch):
+            ex = make_example(mix[int(rng.choice(len(mix), p=weights))], rng)
+            items.append((ex, ex.sample_answer(rng)))
+    loss, _ = answer_loss(model, make_batch(encoder, items, table, contexts))
+    return loss
 
 
 def make_example_from_record(task: str, record: dict):

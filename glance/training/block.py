@@ -327,6 +327,7 @@ def train_head(
     features: str = "online",
     work_dir=None,
     files=None,
+    features_dir=None,
 ):
     """Train a head on ``sequences``: a list of :class:`Sequence` (target-generated)
     or a :class:`~glance.training.corpus.Corpus`.
@@ -334,7 +335,9 @@ def train_head(
     Returns ``(head, log)``; the head is in eval mode. Context features come
     from the frozen target (:mod:`glance.training.features`): ``"online"``
     computes each batch's rows in the step, ``"offline"`` writes them once
-    under ``work_dir`` and streams them back; both give the same head.
+    to ``features_dir`` (default ``work_dir/features``), keyed by the rows,
+    the target and the layers only, so another run over the same corpus (the
+    consistency scorer's) reads them back; both give the same head.
     Deterministic for a seed on one machine. With ``heldout`` sequences, the
     log's ``heldout_curve`` holds ``[step, loss]`` pairs every ``eval_every``
     steps and at the end: the loss on fixed blocks of sequences never trained
@@ -353,14 +356,14 @@ def train_head(
             heldout=heldout,
             eval_every=eval_every,
             features=features,
-            work_dir=work_dir,
+            features_dir=features_dir or (work_dir and Path(work_dir) / "features"),
             files=files,
         )
 
 
 def _train_head(
-    target, sequences, mask_token_id, cfg, *, progress, heldout, eval_every, features, work_dir,
-    files,
+    target, sequences, mask_token_id, cfg, *, progress, heldout, eval_every, features,
+    features_dir, files,
 ):  # fmt: skip
     from glance.training.features import features_for
     from glance.training.loop import RunFiles, my_share
@@ -374,10 +377,14 @@ def _train_head(
     if not len(rows):
         raise ValueError("train_head: no sequence has a response token")
     files = files or RunFiles()
-    key = json.dumps([files.key, rows.recipe, target.config.to_json_string()], sort_keys=True)
-    folder = work_dir and Path(work_dir) / "features"
     feats = features_for(
-        features, target, rows, layer_ids, folder=folder, key=key, progress=progress
+        features,
+        target,
+        rows,
+        layer_ids,
+        folder=features_dir,
+        key=feature_key(target, rows),
+        progress=progress,
     )
     probe_rows = heldout if hasattr(heldout, "sequence") else Rows(heldout)
     probe = _heldout_rows(target, probe_rows, layer_ids, cfg)
@@ -418,6 +425,13 @@ def _train_head(
         tokens_per_step=cfg.rows * cfg.blocks_per_row * block,
     )
     return head, log
+
+
+def feature_key(target, rows) -> str:
+    """What a row's context features depend on besides the layers read: the
+    rows (a corpus's recipe, or a digest of their ids) and the target."""
+    rows_id = [rows.recipe, getattr(rows, "part", None)]
+    return json.dumps([rows_id, str(target.dtype), target.config.to_json_string()], sort_keys=True)
 
 
 def _heldout_rows(target, rows, layer_ids, cfg: HeadConfig) -> list:

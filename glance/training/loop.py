@@ -20,7 +20,16 @@ from pathlib import Path
 import numpy as np
 import torch
 
-__all__ = ["RunFiles", "deterministic", "fit", "lr_at", "my_share", "optimizer_step", "world"]
+__all__ = [
+    "Clock",
+    "RunFiles",
+    "deterministic",
+    "fit",
+    "lr_at",
+    "my_share",
+    "optimizer_step",
+    "world",
+]
 
 
 @contextmanager
@@ -45,15 +54,35 @@ def lr_at(step: int, cfg) -> float:
     return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * done)))
 
 
-def optimizer_step(optim, module, loss, lr: float, clip: float = 1.0) -> float:
-    """One clipped AdamW step at learning rate ``lr``; returns the loss as a float."""
+def optimizer_step(optim, module, loss, lr: float, clip: float = 1.0, clock=None) -> float:
+    """One clipped AdamW step at learning rate ``lr``; returns the loss as a float.
+    ``clock`` (a :class:`Clock`), when given, is charged the backward pass and
+    the optimizer's step apart."""
+    clock = clock or Clock()
     for group in optim.param_groups:
         group["lr"] = lr
-    optim.zero_grad(set_to_none=True)
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_(module.parameters(), clip)
-    optim.step()
+    with clock("backward"):
+        optim.zero_grad(set_to_none=True)
+        loss.backward()
+    with clock("optimizer"):
+        torch.nn.utils.clip_grad_norm_(module.parameters(), clip)
+        optim.step()
     return float(loss.detach())
+
+
+class Clock:
+    """Wall seconds by phase: ``with clock("backward"): ...`` adds the block's time."""
+
+    def __init__(self):
+        self.seconds: dict[str, float] = {}
+
+    @contextmanager
+    def __call__(self, phase: str) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[phase] = self.seconds.get(phase, 0.0) + time.perf_counter() - start
 
 
 @dataclass(frozen=True)
@@ -155,14 +184,15 @@ def fit(
         initial=state["step"],
         total=cfg.steps,
     )
-    window = time.perf_counter()
+    window, clock = time.perf_counter(), Clock()
     for step in bar:
         lr = lr_at(step, cfg)
-        loss = batch_loss(rng)
+        with clock("loss"):
+            loss = batch_loss(rng)
         if size > 1:
-            losses.append(_distributed_step(optim, head, loss, lr))
+            losses.append(_distributed_step(optim, head, loss, lr, clock=clock))
         else:
-            losses.append(optimizer_step(optim, head, loss, lr))
+            losses.append(optimizer_step(optim, head, loss, lr, clock=clock))
         if step % files.log_every == 0:
             mean = float(np.mean(losses[-files.log_every :]))
             bar.set_postfix(loss=f"{mean:.3f}")
@@ -173,19 +203,25 @@ def fit(
                 live.log(step, {"train/loss": mean, "train/lr": lr,
                                 "train/tokens_per_second": rate})  # fmt: skip
         if step % eval_every == 0:
-            evaluate(step)
+            with clock("heldout"):
+                evaluate(step)
         done = step + 1
         if files.save_every and done % files.save_every == 0 and done < cfg.steps:
             seconds = state["seconds"] + time.perf_counter() - start
             progress_made = {"step": done, "losses": losses, "curve": curve, "seconds": seconds}
-            _save(files, (head, optim, rng), progress_made, live)
-    evaluate(cfg.steps)
+            with clock("checkpoint"):
+                _save(files, (head, optim, rng), progress_made, live)
+    with clock("heldout"):
+        evaluate(cfg.steps)
     head.eval().requires_grad_(False)
     if live is not None:
         live.close()
+    phases = {k: round(v, 3) for k, v in sorted(clock.seconds.items())}
+    phases["other"] = round(time.perf_counter() - start - sum(clock.seconds.values()), 3)
     log = {
         "feature_seconds": feature_seconds,
         "train_seconds": state["seconds"] + time.perf_counter() - start,
+        "phase_seconds": phases,
         "steps": cfg.steps,
         "final_loss": float(np.mean(losses[-25:])),
         "parameters": sum(p.numel() for p in head.parameters()),
@@ -197,27 +233,31 @@ def fit(
     return log
 
 
-def _distributed_step(optim, module, loss, lr: float, clip: float = 1.0) -> float:
+def _distributed_step(optim, module, loss, lr: float, clip: float = 1.0, clock=None) -> float:
     """:func:`optimizer_step` with this rank's gradients summed over every rank
     first; returns the global batch's loss."""
     import torch.distributed as dist
 
+    clock = clock or Clock()
     for group in optim.param_groups:
         group["lr"] = lr
-    optim.zero_grad(set_to_none=True)
-    loss.backward()
+    with clock("backward"):
+        optim.zero_grad(set_to_none=True)
+        loss.backward()
     params = [p for p in module.parameters() if p.requires_grad]
     for p in params:
         if p.grad is None:
             p.grad = torch.zeros_like(p)
-    flat = torch.cat([p.grad.reshape(-1) for p in params] + [loss.detach().reshape(1)])
-    dist.all_reduce(flat)
-    at = 0
-    for p in params:
-        p.grad.copy_(flat[at : at + p.numel()].view_as(p.grad))
-        at += p.numel()
-    torch.nn.utils.clip_grad_norm_(module.parameters(), clip)
-    optim.step()
+    with clock("all_reduce"):
+        flat = torch.cat([p.grad.reshape(-1) for p in params] + [loss.detach().reshape(1)])
+        dist.all_reduce(flat)
+        at = 0
+        for p in params:
+            p.grad.copy_(flat[at : at + p.numel()].view_as(p.grad))
+            at += p.numel()
+    with clock("optimizer"):
+        torch.nn.utils.clip_grad_norm_(module.parameters(), clip)
+        optim.step()
     return float(flat[-1])
 
 

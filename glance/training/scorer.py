@@ -111,6 +111,8 @@ def train_scorer(
     eval_every: int = 100,
     progress: bool = True,
     files: RunFiles | None = None,
+    features: str = "online",
+    features_dir=None,
 ):
     """Train a :class:`CausalScorer` behind the frozen block ``head`` on
     ``sequences`` (a list of :class:`~glance.training.block.Sequence` or a
@@ -119,8 +121,10 @@ def train_scorer(
     every ``eval_every`` steps and ``"marginal_heldout_loss"`` the same loss
     of the untrained scorer (the product of marginals), for comparison. Rows
     where no answer token is ever among the head's candidates have no loss to
-    take; they are left out, with a warning that counts them."""
-    from glance.training.block import _heldout_rows
+    take; they are left out, with a warning that counts them. ``features``
+    and ``features_dir`` are as in :func:`~glance.training.block.train_head`:
+    an offline folder the head's training wrote is read back, not recomputed."""
+    from glance.training.block import _heldout_rows, feature_key
     from glance.training.features import features_for
 
     with deterministic():
@@ -133,7 +137,10 @@ def train_scorer(
         rows = sequences if hasattr(sequences, "sequence") else Rows(sequences)
         if not len(rows):
             raise ValueError("train_scorer: no sequence has a response token")
-        feats = features_for("online", target, rows, layer_ids)
+        feats = features_for(
+            features, target, rows, layer_ids, folder=features_dir,
+            key=feature_key(target, rows), progress=progress,
+        )  # fmt: skip
         held = heldout if hasattr(heldout, "sequence") else Rows(heldout)
         probe = _heldout_rows(target, held, layer_ids, _Probe(cfg.blocks_per_row, cfg.seed))
         with torch.no_grad():  # a row whose answer is never a candidate has nothing to score
