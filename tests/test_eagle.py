@@ -69,6 +69,35 @@ def test_a_random_eagle_tree_is_lossless(world, budget):
     assert all(r.tree_size <= budget for r in stats.rounds)
 
 
+def test_passes_by_window_end_give_one_padded_pass_s_loss_and_gradients(world, monkeypatch):
+    """Rows run in groups by how far their window reaches: the loss and
+    gradients of one pass over every row, padded to the longest."""
+    import glance.training.eagle as eagle
+
+    head = build_eagle_head(world.target, seed=5).to(world.target.dtype)
+    ids = world.reference[0]
+    prompt = world.input_ids.shape[1]
+    seq = Sequence(ids, prompt, _positions(world, len(ids)))
+    feats = sequence_features(world.target, seq, head.target_layer_ids)
+    # windows near the end: some steps run past the sequence for some rows only
+    starts = [prompt, prompt + 5, len(ids) - 9, prompt + 2, len(ids) - 6]
+    rows = [(feats, ids, s) for s in starts]
+
+    def loss_and_grads(group):
+        monkeypatch.setattr(eagle, "GROUP_ROWS", group)
+        head.zero_grad()
+        loss = eagle.eagle_loss(head, world.target, rows, 4, 3, 0.8)
+        loss.backward()
+        return loss.detach(), [p.grad.clone() for p in head.parameters() if p.grad is not None]
+
+    whole, whole_grads = loss_and_grads(len(rows))
+    for group in (1, 2):
+        loss, grads = loss_and_grads(group)
+        torch.testing.assert_close(loss, whole, rtol=1e-6, atol=0)
+        for g, w in zip(grads, whole_grads, strict=True):
+            torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-6)
+
+
 @pytest.mark.slow  # hundreds of training steps
 def test_a_trained_eagle_tree_accepts_deep_and_stays_lossless(world):
     head, log = _overfit(world)

@@ -114,6 +114,39 @@ def test_one_step_lowers_the_loss(text_target, sequences):
     assert float(after.detach()) < float(before.detach())
 
 
+def test_passes_by_context_need_give_one_padded_pass_s_loss_and_gradients(
+    text_target, sequences, monkeypatch
+):
+    """Rows cut at their last anchor and run in groups: the loss and gradients
+    of one pass over the whole, padded rows, to float32 rounding."""
+    import glance.training.block as block
+
+    head = build_head(text_target, tiny.MASK, HeadConfig(block_size=B, layers=1))
+    rng = np.random.default_rng(3)
+    rows = []
+    for s in sequences:
+        feats = sequence_features(text_target, s, head.target_layer_ids)
+        rows.append((feats, s.input_ids, sample_anchors(s.prompt_len, len(s.input_ids), 2, rng)))
+    assert len({block.context_need(f, a) for f, _, a in rows}) > 1  # the cut differs by row
+
+    def loss_and_grads(group, cut):
+        monkeypatch.setattr(block, "GROUP_ROWS", group)
+        if not cut:  # every row read whole: a need past the last anchor
+            monkeypatch.setattr(block, "context_need", lambda f, a: int(f.shape[0]))
+        head.zero_grad()
+        loss = head_loss(head, text_target, rows, 3.0, reveal=1)
+        loss.backward()
+        monkeypatch.undo()
+        return loss.detach(), [p.grad.clone() for p in head.parameters() if p.grad is not None]
+
+    whole, whole_grads = loss_and_grads(len(rows), cut=False)
+    for group in (1, 2, 4):
+        loss, grads = loss_and_grads(group, cut=True)
+        torch.testing.assert_close(loss, whole, rtol=1e-6, atol=0)
+        for g, w in zip(grads, whole_grads, strict=True):
+            torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-6)
+
+
 @pytest.fixture(scope="module")
 def trained(text_target, sequences, tmp_path_factory):
     cfg = HeadConfig(block_size=B, layers=1, steps=200, rows=6, blocks_per_row=4, lr=5e-3)

@@ -222,7 +222,8 @@ def train_consistency_scorer(cfg, target, processor, head, out: Path | None) -> 
         heldout=heldout,
         eval_every=s.eval_every,
         files=files,
-        features=cfg.head.train.features,
+        # the head's own feature mode; a downloaded head has no run: online
+        features=cfg.head.train.features if cfg.head.train is not None else "online",
         features_dir=features_dir(cfg),
     )
     if world()[0] == 0 and out is not None:

@@ -228,21 +228,26 @@ def block_logits(head, target, rows, gamma: float, reveal: int = 0):
 
 def block_hidden(head, target, rows, gamma: float, reveal: int = 0):
     """:func:`block_logits` before the LM head: ``(hidden (R, n*S, H), labels,
-    weights)``, the head's last hidden states at every packed offset."""
+    weights)``, the head's last hidden states at every packed offset.
+
+    A block sees the context before its anchor only, so each row's features are
+    cut at its last anchor (:func:`context_need`) and padded to the batch's
+    longest such need: the same attention as over the whole row, at the cost of
+    the context the blocks read."""
     block = int(head.block_size)
     mask_id = int(head.mask_token_id)
-    ctx_len = max(f.shape[0] for f, _, _ in rows)
+    needs = [context_need(f, anchors) for f, _, anchors in rows]
+    ctx_len = max(needs)
     dtype = next(head.parameters()).dtype
     device = next(head.parameters()).device
     feats, noise, positions, masks, labels, weights = [], [], [], [], [], []
-    for f, ids, anchors in rows:
+    for (f, ids, anchors), need in zip(rows, needs, strict=True):
         ids = ids.to(device)
         b_ids, b_pos, b_lab, b_w = pack_blocks(ids.cpu(), anchors, block, mask_id, gamma, reveal)
-        pad = ctx_len - f.shape[0]
-        feats.append(torch.nn.functional.pad(f.to(device, dtype), (0, 0, 0, pad)))
+        feats.append(torch.nn.functional.pad(f[:need].to(device, dtype), (0, 0, 0, ctx_len - need)))
         noise.append(noise_embedding(head, target, b_ids.to(device)[None])[0])
         positions.append(torch.cat([torch.arange(ctx_len), b_pos]))
-        masks.append(block_mask(anchors, block + reveal, ctx_len, valid_ctx=f.shape[0]))
+        masks.append(block_mask(anchors, block + reveal, ctx_len, valid_ctx=need))
         labels.append(b_lab)
         weights.append(b_w)
     visible = torch.stack(masks)[:, None].to(device)
@@ -257,16 +262,37 @@ def block_hidden(head, target, rows, gamma: float, reveal: int = 0):
     return hidden, torch.stack(labels).to(device), torch.stack(weights).to(device, torch.float32)
 
 
+def context_need(features, anchors) -> int:
+    """How many context positions a row's blocks read: those before its last
+    anchor (at least one, and no more than the row has)."""
+    return max(1, min(int(features.shape[0]), max(int(a) for a in anchors)))
+
+
+#: rows per head pass in :func:`head_loss`: a batch runs as passes over rows of
+#: similar context need, so that short rows are not padded to the longest one's
+GROUP_ROWS = 4
+
+
 def head_loss(head, target, rows, gamma: float, reveal: int = 0, total=None) -> torch.Tensor:
     """Weighted cross-entropy of :func:`block_logits`, normalised by the total
     weight: the weights' sum over ``rows``, or ``total`` (a data-parallel
-    rank's share of a batch is normalised by the whole batch's weight)."""
-    logits, labels, weights = block_logits(head, target, rows, gamma, reveal)
-    nll = torch.nn.functional.cross_entropy(
-        logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), reduction="none"
-    )
-    norm = weights.sum() if total is None else total
-    return (nll * weights.reshape(-1)).sum() / norm.clamp_min(1e-12)
+    rank's share of a batch is normalised by the whole batch's weight).
+
+    The rows run in passes of :data:`GROUP_ROWS`, sorted by context need: the
+    loss of one padded pass, at the cost of the context each row reads."""
+    order = sorted(range(len(rows)), key=lambda i: (context_need(rows[i][0], rows[i][2]), i))
+    summed, weight = None, None
+    for at in range(0, len(order), GROUP_ROWS):
+        group = [rows[i] for i in order[at : at + GROUP_ROWS]]
+        logits, labels, weights = block_logits(head, target, group, gamma, reveal)
+        nll = torch.nn.functional.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), reduction="none"
+        )
+        part = (nll * weights.reshape(-1)).sum()
+        summed = part if summed is None else summed + part
+        weight = weights.sum() if weight is None else weight + weights.sum()
+    norm = weight if total is None else total
+    return summed / norm.clamp_min(1e-12)
 
 
 def total_weight(rows, block_size: int, mask_token_id: int, gamma: float, reveal: int):

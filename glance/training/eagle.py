@@ -94,16 +94,32 @@ def ttt_steps(head, target, rows, window: int, ttt: int):
         yield j, head.logits(hidden, output).float(), ids.gather(1, label_at), ok
 
 
+#: rows per pass in :func:`eagle_loss`: a batch runs as passes over rows of
+#: similar length, so that short windows are not padded to the longest one's
+GROUP_ROWS = 8
+
+
 def eagle_loss(head, target, rows, window: int, ttt: int, decay: float) -> torch.Tensor:
     """The training loss: each step's mean cross-entropy over valid labels
-    (:func:`ttt_steps`), weighted ``decay ** j`` and normalised by the weights."""
+    (:func:`ttt_steps`), weighted ``decay ** j`` and normalised by the weights.
+
+    The rows run in passes of :data:`GROUP_ROWS`, sorted by how far their
+    window reaches; each step's mean is taken over the whole batch, so the loss
+    is one padded pass's."""
+    order = sorted(range(len(rows)), key=lambda i: (rows[i][2], i))
+    sums, counts = {}, {}
+    for at in range(0, len(order), GROUP_ROWS):
+        group = [rows[i] for i in order[at : at + GROUP_ROWS]]
+        for j, logits, labels, ok in ttt_steps(head, target, group, window, ttt):
+            nll = F.cross_entropy(
+                logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), reduction="none"
+            )
+            okf = ok.reshape(-1).float()
+            sums[j] = sums.get(j, 0.0) + (nll * okf).sum()
+            counts[j] = counts.get(j, 0.0) + okf.sum()
     total, weight = 0.0, 0.0
-    for j, logits, labels, ok in ttt_steps(head, target, rows, window, ttt):
-        nll = F.cross_entropy(
-            logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), reduction="none"
-        )
-        okf = ok.reshape(-1).float()
-        total = total + decay**j * (nll * okf).sum() / okf.sum()
+    for j in sorted(sums):
+        total = total + decay**j * sums[j] / counts[j]
         weight += decay**j
     return total / weight
 

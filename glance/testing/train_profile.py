@@ -1,0 +1,106 @@
+"""Where a training step's time goes, for every trainer the pipelines run.
+
+    python -m glance.testing.train_profile --steps 40            # after dvc repro corpus
+    python -m glance.testing.train_profile --steps 40 --out profile.json
+
+Runs each training stage (block head, consistency scorer, EAGLE-style head,
+the two-model arm's assistant) for ``--steps`` steps with the run's own config,
+into a scratch folder, and prints milliseconds per step by phase, from the
+``phase_seconds`` that :func:`glance.training.loop.fit` (and the assistant's
+loop) record: ``loss`` (drawing the batch, its features, the forward pass),
+``backward``, ``optimizer``, ``heldout``, ``checkpoint`` and ``other``. The
+features' one-off pass is reported apart, in seconds. The scorer trains
+behind the scratch head, which changes its loss, not its cost. Run it with
+nothing else on the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PHASES = ("loss", "backward", "optimizer", "heldout", "checkpoint", "other")
+
+
+def _stages(steps: int, tmp: Path) -> list[tuple[str, str, list[str]]]:
+    """``(trainer, stage module, overrides)``, in the order they must run."""
+    return [
+        ("block head", "head", [f"head.train.steps={steps}", f"paths.head={tmp}/head"]),
+        (
+            "scorer",
+            "scorer",
+            [f"scorer.steps={steps}", f"paths.head={tmp}/head", f"paths.scorer={tmp}/scorer"],
+        ),  # fmt: skip
+        ("EAGLE-style head", "eagle_head", [f"head.train.steps={steps}", f"arms.path={tmp}/eagle"]),
+        (
+            "assistant",
+            "assistant",
+            [
+                f"arms.assistant.train.steps={steps}",
+                "arms.assistant.train.phases=1",
+                f"arms.assistant.path={tmp}/assistant",
+            ],
+        ),  # fmt: skip
+    ]
+
+
+def _phases(timing: dict) -> tuple[dict, float]:
+    """``(phase -> seconds, feature seconds)`` from a stage's timing record."""
+    if "phases" in timing:  # the assistant: one record per training phase
+        out: dict = {}
+        for p in timing["phases"]:
+            for k, v in p.get("phase_seconds", {}).items():
+                out[k] = out.get(k, 0.0) + v
+        return out, 0.0
+    train = timing.get("train", timing)
+    return dict(train.get("phase_seconds", {})), float(train.get("feature_seconds", 0.0))
+
+
+def profile(steps: int, only=()) -> dict:
+    """``trainer -> {"ms_per_step": {phase: ms}, "feature_seconds": s}``."""
+    out = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for trainer, stage, overrides in _stages(steps, Path(tmp)):
+            if only and stage not in only:
+                continue
+            paths = [f"paths.results={tmp}/results", f"paths.checkpoints={tmp}/checkpoints"]
+            cmd = [sys.executable, "-m", f"stages.{stage}", "--config-name", "from_params", *paths]
+            subprocess.run(cmd + overrides, cwd=ROOT, check=True)
+            timing = json.loads((Path(tmp) / "results" / "timing" / f"{stage}.json").read_text())
+            phases, features = _phases(timing)
+            ms = {k: round(1000 * phases.get(k, 0.0) / steps, 1) for k in PHASES}
+            ms["total"] = round(sum(ms.values()), 1)
+            out[trainer] = {"ms_per_step": ms, "feature_seconds": round(features, 1)}
+    return out
+
+
+def markdown(result: dict) -> str:
+    """The profile as a table: one row per trainer, ms per step by phase."""
+    lines = ["| trainer | " + " | ".join(PHASES) + " | total ms/step | features s |",
+             "|---|" + "---|" * (len(PHASES) + 2)]  # fmt: skip
+    for trainer, r in result.items():
+        ms = r["ms_per_step"]
+        cells = " | ".join(f"{ms[k]:.1f}" for k in (*PHASES, "total"))
+        lines.append(f"| {trainer} | {cells} | {r['feature_seconds']:.1f} |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--only", nargs="*", default=(), help="stage names (head, scorer, ...)")
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args(argv)
+    result = profile(args.steps, args.only)
+    if args.out:
+        args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(markdown(result))
+
+
+if __name__ == "__main__":
+    main()
