@@ -115,3 +115,17 @@ def test_every_lock_entry_names_a_stage_the_pipeline_has(folder):
     orphans = sorted(set(locked) - set(listed))
     assert not orphans, f"{folder}/dvc.lock holds stages its dvc.yaml lacks: {orphans}"
     assert set(listed) <= set(locked), "a stage never ran: run dvc repro"
+
+
+def test_a_decode_recipe_hashes_the_sources_decoding_reads_and_no_others():
+    """``outputs.jsonl``'s ``glance`` digest follows the decode closure: an edit
+    to training or test helpers, which DVC does not rerun decoding for, must
+    not change the recipe a fresh clone writes."""
+    from glance._closure import closure
+
+    files = closure("glance.experiments.decode")
+    assert "glance/decoding/loop.py" in files and "glance/core/_ctree.c" in files
+    assert not [f for f in files if f.startswith(("glance/testing/", "glance/training/"))]
+    # decode reruns for each of them; the audit then reruns for decode's outputs
+    decode = next(deps for _, name, _, deps in dvc_deps.stages() if name == "decode")
+    assert set(files) <= set(decode)

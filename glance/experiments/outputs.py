@@ -12,27 +12,30 @@ from glance._io import atomic_write_text
 def inputs_digest(cfg, task) -> dict:
     """SHA-256 of what a row's ids are made from beyond the config: the task
     file, the target's record (its weights' hash, or hub name and revision),
-    the head's files and ``glance``'s sources. Part of the audit's reuse recipe
-    (:func:`glance.experiments.settings.token_recipe`), so the recipe goes stale
-    when any of them changes, also when a stage is run by hand outside DVC."""
+    the head's files and the sources decoding reads (the import closure of
+    :mod:`glance.experiments.decode`, :func:`glance._closure.closure`: an edit
+    elsewhere, which DVC does not rerun decoding for, leaves it as it is). Part
+    of the audit's reuse recipe (:func:`glance.experiments.settings.token_recipe`),
+    so the recipe goes stale when any of them changes, also when a stage is run
+    by hand outside DVC."""
     import hashlib
 
-    import glance
+    from glance._closure import ROOT, closure
 
-    def digest(paths) -> str:
+    def digest(paths, names=None) -> str:
         h = hashlib.sha256()
-        for p in sorted(paths):
-            h.update(p.name.encode() + b"\0" + p.read_bytes())
+        for p, name in sorted(zip(paths, names or [p.name for p in paths], strict=True)):
+            h.update(name.encode() + b"\0" + p.read_bytes())
         return h.hexdigest()
 
-    sources = Path(glance.__file__).resolve().parent
+    sources = closure("glance.experiments.decode")
     head = json.loads((Path(cfg.paths.head) / "head.json").read_text(encoding="utf-8"))
     head_dir = Path(head["path"])
     return {
         "task_file": digest([Path(cfg.paths.data) / task.file]),
         "target": digest([Path(cfg.paths.target) / "target.json"]),
         "head": digest([*head_dir.glob("*.safetensors"), head_dir / "config.json"]),
-        "glance": digest(p for p in sources.rglob("*") if p.suffix in (".py", ".c")),
+        "glance": digest([ROOT / f for f in sources], sources),
     }
 
 
