@@ -148,3 +148,31 @@ def test_a_stage_refuses_bad_numerics_before_any_work(tmp_path):
     )  # fmt: skip
     assert proc.returncode != 0
     assert "numerics.aten_cpu_capability: expected one of" in proc.stderr
+
+
+def test_only_the_timing_stages_run_on_the_machine_s_own_kernels():
+    """bench and compile time the machine as a user runs it (and record its
+    CPU); every stage whose numbers must reproduce stays pinned."""
+    from glance.testing.dvc_deps import stages
+
+    unpinned = {name for _, name, _, _ in stages() if _cmd(name).count("numerics.pin=false")}
+    assert unpinned == {"bench", "compile"}
+
+
+def _cmd(name: str) -> str:
+    import yaml
+
+    for pipeline in ("dvc.yaml", "stages/arms/dvc.yaml"):
+        found = yaml.safe_load((ROOT / pipeline).read_text())["stages"].get(name)
+        if found:
+            return found.get("do", found)["cmd"]
+    raise KeyError(name)
+
+
+def test_a_timing_line_names_the_cpu_and_the_kernels():
+    from glance.core.numerics import describe_timing_machine
+
+    line = describe_timing_machine(Numerics(pin=False, threads=2))
+    assert "numerics unpinned" in line and "2 threads" in line
+    if cpu()["model"]:
+        assert cpu()["model"] in line

@@ -78,3 +78,14 @@ def test_decode_outputs_are_reused_only_under_the_same_recipe(tmp_path):
     path.write_text(path.read_text() + '{"row": "chain", "prompt": 1}\n')
     with pytest.raises(SystemExit, match="outputs.jsonl, line 6"):
         read_outputs(path, recipe)
+
+
+def test_the_unpinned_timing_stages_outputs_are_not_compared(tmp_path):
+    """bench and compile run on the machine's own kernels: their tau may follow
+    the machine too, so a difference there is no reproduction failure."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    write(a, "results/bench.json", {"tasks": {"x": {"tau": 4.6}}, "numerics": {"cpu": "A"}})
+    write(b, "results/bench.json", {"tasks": {"x": {"tau": 4.7}}, "numerics": {"cpu": "B"}})
+    write(a, "results/law.json", {"tau": 4.6})
+    write(b, "results/law.json", {"tau": 4.7})
+    assert compare(a, b) == (["results/law.json.tau: 4.6 against 4.7"], 2)
