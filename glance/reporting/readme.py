@@ -7,7 +7,8 @@ from ``results/bench.json``), ``regime`` (where the toy world sits,
 ``results/seeds_table.md``), ``main`` (``results/main_table.md``), ``law``
 (rendered from ``results/law.json``), ``heads`` and ``arms`` (the comparison
 arms, ``results/arms.json`` and ``results/arms.md``) and ``claims`` (the
-paper's claims against the measurements, ``results/claims.md``). Where results/ has the
+paper's claims against the measurements, ``results/claims.md``) and ``training``
+(ms per training step by phase, from ``results/timing/``). Where results/ has the
 Markdown, it is copied as it is, so the pages cannot drift from it.
 ``tests/test_readme.py`` checks every number in those tables against
 these blocks, and that no table outside them carries numbers unless it says
@@ -107,6 +108,41 @@ def _law_rows(law: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+#: a training log's phases, in the order the table shows them
+PHASES = ("loss", "backward", "optimizer", "heldout", "checkpoint", "other")
+#: trainer -> (its timing file's stage, where its steps sit in params.yaml)
+TRAINERS = {
+    "block head": ("head", ("head", "train", "steps")),
+    "scorer": ("scorer", ("scorer", "steps")),
+    "EAGLE-style head": ("eagle_head", ("head", "train", "steps")),
+    "assistant": ("assistant", ("arms", "assistant", "train", "steps")),
+}
+
+
+def training_table(timing: Path, params: dict) -> str:
+    """Milliseconds per training step by phase, one row per trainer, from a
+    run's ``results/timing/<stage>.json`` (its ``phase_seconds``) and the steps
+    ``params`` (params.yaml) gives each; a trainer with no file is left out."""
+    lines = ["| trainer | " + " | ".join(PHASES) + " | total ms/step | features s |",
+             "|---|" + "---|" * (len(PHASES) + 2)]  # fmt: skip
+    for trainer, (stage, keys) in TRAINERS.items():
+        path = Path(timing) / f"{stage}.json"
+        if not path.is_file():
+            continue
+        record, steps = json.loads(path.read_text(encoding="utf-8")), params
+        for k in keys:
+            steps = steps[k]
+        if stage == "assistant":
+            steps *= params["arms"]["assistant"]["train"]["phases"]
+        runs = record.get("phases") or [record.get("train", record)]
+        phases = {k: sum(r.get("phase_seconds", {}).get(k, 0.0) for r in runs) for k in PHASES}
+        ms = [1000 * phases[k] / steps for k in PHASES]
+        features = sum(r.get("feature_seconds", 0.0) for r in runs)
+        cells = " | ".join(f"{v:.1f}" for v in (*ms, sum(ms)))
+        lines.append(f"| {trainer} | {cells} | {features:.1f} |")
+    return "\n".join(lines) + "\n"
+
+
 def blocks(results: Path) -> dict[str, str]:
     """Each marked block's text, from the files in ``results``; each Markdown
     table is checked against the SHA-256 its JSON recorded (one run's set)."""
@@ -126,7 +162,15 @@ def blocks(results: Path) -> dict[str, str]:
         "heads": heads_markdown(json.loads(read("arms.json"))),
         "arms": read("arms.md"),
         "claims": read("claims.md"),
+        "training": training_table(results / "timing", _params(results)),
     }
+
+
+def _params(results: Path) -> dict:
+    """The run's params.yaml, beside its results folder."""
+    import yaml
+
+    return yaml.safe_load((Path(results).parent / "params.yaml").read_text(encoding="utf-8"))
 
 
 def render(readme: str, texts: dict[str, str]) -> str:
