@@ -80,31 +80,6 @@ def profile(steps: int, only=()) -> dict:
     return out
 
 
-def from_timing(folder: Path, steps: dict) -> dict:
-    """The same table from a finished run's ``results/timing/<stage>.json``
-    (``steps``: stage -> the steps it trained), averaged over the whole run."""
-    out = {}
-    for trainer, stage, _ in _stages(0, Path()):
-        path = Path(folder) / f"{stage}.json"
-        if not path.is_file() or stage not in steps:
-            continue
-        phases, features = _phases(json.loads(path.read_text()))
-        ms = {k: round(1000 * phases.get(k, 0.0) / steps[stage], 1) for k in PHASES}
-        ms["total"] = round(sum(ms.values()), 1)
-        out[trainer] = {"ms_per_step": ms, "feature_seconds": round(features, 1)}
-    return out
-
-
-def _run_steps() -> dict:
-    """Each training stage's steps in this checkout's params.yaml."""
-    import yaml
-
-    p = yaml.safe_load((ROOT / "params.yaml").read_text())
-    a = p["arms"]["assistant"]["train"]
-    return {"head": p["head"]["train"]["steps"], "scorer": p["scorer"]["steps"],
-            "eagle_head": p["head"]["train"]["steps"], "assistant": a["steps"] * a["phases"]}  # fmt: skip
-
-
 def markdown(result: dict) -> str:
     """The profile as a table: one row per trainer, ms per step by phase."""
     lines = ["| trainer | " + " | ".join(PHASES) + " | total ms/step | features s |",
@@ -123,10 +98,12 @@ def main(argv=None) -> None:
     parser.add_argument("--out", type=Path)
     parser.add_argument("--timing", type=Path, help="read a finished run's timing folder instead")
     args = parser.parse_args(argv)
-    if args.timing:
-        result = from_timing(args.timing, _run_steps())
-    else:
-        result = profile(args.steps, args.only)
+    if args.timing:  # the docs' generated table, from a finished run
+        from glance.reporting.readme import _params, training_table
+
+        print(training_table(args.timing, _params(ROOT / "results")), end="")
+        return
+    result = profile(args.steps, args.only)
     if args.out:
         args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(markdown(result))
