@@ -737,7 +737,17 @@ def test_readme_and_docs_tables_are_generated_from_results():
     from stages.readme import documents
 
     texts = blocks(ROOT / "results")
-    assert set(texts) == {"bench", "regime", "seeds", "main", "law", "heads", "arms", "claims"}
+    assert set(texts) == {
+        "bench",
+        "regime",
+        "seeds",
+        "main",
+        "law",
+        "heads",
+        "arms",
+        "claims",
+        "training",
+    }
     placed = set()
     for path in documents(ROOT):
         doc = path.read_text(encoding="utf-8")
