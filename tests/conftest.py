@@ -14,7 +14,12 @@ from glance.core.numerics import Numerics
 # unpinned, MKL's results depend on how a tensor is aligned in memory, so a
 # head loaded from safetensors can compute differently from the one saved.
 # numpy is already loaded here; its settings reach the stage subprocesses.
-os.environ.update(Numerics().env())
+# Under pytest-xdist (the default, see pyproject.toml) each worker has a core
+# to itself, so one thread: two threads a worker would oversubscribe the cores.
+#: the thread count this test process is pinned at (a stage run in-process
+#: must be given the same, or it refuses to start)
+THREADS = 1 if os.environ.get("PYTEST_XDIST_WORKER") else Numerics().threads
+os.environ.update(Numerics(threads=THREADS).env())
 
 KINDS = ("qwen3", "qwen2_vl", "qwen2_5_vl", "qwen3_vl")
 #: the kinds a test on the ``world`` fixture runs on in the quick suite
@@ -23,11 +28,21 @@ KINDS = ("qwen3", "qwen2_vl", "qwen2_5_vl", "qwen3_vl")
 QUICK_KINDS = ("qwen3", "qwen3_vl")
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(items):
     for item in items:
         spec = getattr(item, "callspec", None)
         if spec is not None and spec.params.get("world", QUICK_KINDS[0]) not in QUICK_KINDS:
             item.add_marker(pytest.mark.slow)
+        # A module-scoped fixture (the tiny pipeline's dvc repro, a trained head)
+        # is built once per worker that needs it: keep its tests on one worker.
+        defs = item._fixtureinfo.name2fixturedefs
+        shared = sorted(name for name, d in defs.items() if d and d[-1].scope == "module")
+        if shared:
+            group = f"{item.module.__name__}:{','.join(shared)}"
+            item.add_marker(pytest.mark.xdist_group(group))
+    # The tiny pipeline's group is the longest (about ten minutes): start it first.
+    items.sort(key=lambda item: "repro" not in item.fixturenames)
 
 
 @dataclass

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 import pytest
+from conftest import THREADS
 
 pytest.importorskip("hydra", reason="the pipeline extra is part of the README's test install")
 
@@ -124,7 +125,8 @@ def test_stages_read_their_task_files_before_any_model_loads(stage, monkeypatch,
     monkeypatch.setattr(glance.pipeline.app, "load_target", slow_load)
     monkeypatch.setattr(glance.targets.vl, "load_target", slow_load)
     main = importlib.import_module(f"stages.{stage}").main
-    cfg = _cfg(f"paths.data={tmp_path / 'data'}", f"paths.results={tmp_path / 'results'}")
+    paths = (f"paths.data={tmp_path / 'data'}", f"paths.results={tmp_path / 'results'}")
+    cfg = _cfg(*paths, f"threads={THREADS}")
     with pytest.raises(FileNotFoundError, match=f"^{tmp_path / 'data'}/.*: missing task file"):
         main(cfg)
 

@@ -124,8 +124,9 @@ def test_target_ships_checked_and_retrains_only_when_asked(tmp_path):
     data, out = tmp_path / "data", tmp_path / "target"
     run("-m", "stages.prepare", "prepare.n=3", "n=2", f"paths.data={data}")
     shipped = run(
-        "-m", "stages.target", "target.heldout=1", f"paths.data={data}", f"paths.target={out}"
-    )
+        "-m", "stages.target", "target.heldout=1", f"paths.data={data}", f"paths.target={out}",
+        f"paths.results={tmp_path / 'results'}",
+    )  # fmt: skip
     info = json.loads((out / "target.json").read_text())
     assert not info["retrained"] and info["path"] == "models/toy-target" and "train" not in info
     assert not (out / "model.safetensors").exists(), shipped.stderr  # nothing was trained
@@ -219,14 +220,14 @@ def test_prepare_never_reads_or_writes_outside_its_folders(tmp_path, image):
         (lambda s: None, "docvqa.jsonl:2: image 'b.png' not found"),
     ],
 )
-def test_prepare_refuses_images_that_do_not_open(tmp_path, break_it, message):
+def test_prepare_refuses_images_that_do_not_open(tmp_path, prepared, break_it, message):
     source = _source(tmp_path / "src")
     break_it(source)
     good = json.dumps({"image": "a.png", "prompt": "q"})
     (source / "docvqa.jsonl").write_text(
         good + "\n" + json.dumps({"image": "b.png", "prompt": "q"}) + "\n" + good + "\n"
     )
-    _refused(tmp_path, source, message)
+    _refused(tmp_path, prepared, source, message)
 
 
 @pytest.mark.slow
@@ -247,20 +248,21 @@ def test_prepare_refuses_images_that_do_not_open(tmp_path, break_it, message):
         ),
     ],
 )
-def test_prepare_refuses_bad_records_and_keeps_the_old_data(tmp_path, line, message):
+def test_prepare_refuses_bad_records_and_keeps_the_old_data(tmp_path, prepared, line, message):
     source = _source(tmp_path / "src")
     good = '{"image": "a.png", "prompt": "q"}\n'
     (source / "docvqa.jsonl").write_text(good + line + "\n" + good)
-    stderr = _refused(tmp_path, source, message)
+    stderr = _refused(tmp_path, prepared, source, message)
     if "2100" in line:
         assert "exceeds the target's 2048 positions" in stderr
 
 
 @pytest.mark.slow
-def test_prepare_needs_one_more_record_than_decode_n(tmp_path):
+def test_prepare_needs_one_more_record_than_decode_n(tmp_path, prepared):
     source = _source(tmp_path / "src", records=2)
     _refused(
         tmp_path,
+        prepared,
         source,
         "docvqa.jsonl: 2 records; the pipeline needs at least 3",
         n=2,
@@ -277,13 +279,20 @@ def test_prepare_needs_one_more_record_than_decode_n(tmp_path):
     assert proc.returncode != 0 and "prepare.n: expected at least n + 1 = 4" in proc.stderr
 
 
-def _refused(tmp_path, source, message, n=2, tasks=None):
-    """Run prepare from ``source`` over a good data folder: it must fail with
-    ``message`` and leave the old folder byte-identical."""
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory):
+    """A data folder that prepare wrote from a good source (n=2)."""
+    root = tmp_path_factory.mktemp("prepared")
+    good = _source(root / "good")
+    run("-m", "stages.prepare", f"prepare.source={good}", f"paths.data={root / 'data'}", "n=2")
+    return root / "data"
+
+
+def _refused(tmp_path, prepared, source, message, n=2, tasks=None):
+    """Run prepare from ``source`` over a copy of the good folder ``prepared``:
+    it must fail with ``message`` and leave the old folder byte-identical."""
     out = tmp_path / "data"
-    if not out.exists():
-        good = _source(tmp_path / "good")
-        run("-m", "stages.prepare", f"prepare.source={good}", f"paths.data={out}", "n=2")
+    shutil.copytree(prepared, out, symlinks=True)
     before = _snapshot(out)
     args = [f"tasks={tasks}"] if tasks else []
     proc = run(
@@ -581,21 +590,25 @@ def test_exp_run_set_param_reaches_the_stages(repro):
     subprocess.run(["git", "add", "-A"], cwd=repro, env=env, check=True, capture_output=True)
     subprocess.run(["git", "commit", "-qm", "tiny"], cwd=repro, env=env, check=True)
     sets = [arg for o in [*TINY, "budget=7"] for arg in ("-S", o)]
+    # One stage as the target: every stage reads params.yaml alike, and the
+    # downstream reruns would only repeat the pipeline test.
     proc = subprocess.run(
-        [dvc, "exp", "run", *sets], cwd=repro, env=env, capture_output=True, text=True
+        [dvc, "exp", "run", *sets, "decode@docvqa"],
+        cwd=repro,
+        env=env,
+        capture_output=True,
+        text=True,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     params = yaml.safe_load((repro / "params.yaml").read_text())
     assert params["budget"] == 7 and "budget" not in params["decode"]
-    assert "Running stage 'target'" not in proc.stdout, "an unrelated stage reran"
-    for task in TASKS:
-        s = json.loads((repro / "results" / "decode" / task / "summary.json").read_text())
-        assert s["budget"] == 7
-        rounds = [
-            json.loads(line)
-            for line in (repro / "results" / "decode" / task / "rounds.jsonl").open()
-        ]
-        assert all(r["tree_size"] <= 7 for r in rounds if r["system"] == "glance")
+    assert "Running stage 'decode@docvqa'" in proc.stdout, proc.stdout[-3000:]
+    for stage in ("target", "head", "decode@chartqa"):
+        assert f"Running stage '{stage}'" not in proc.stdout, f"{stage} ran"
+    out = repro / "results" / "decode" / "docvqa"
+    assert json.loads((out / "summary.json").read_text())["budget"] == 7
+    rounds = [json.loads(line) for line in (out / "rounds.jsonl").open()]
+    assert all(r["tree_size"] <= 7 for r in rounds if r["system"] == "glance")
 
 
 @pytest.mark.slow

@@ -227,7 +227,8 @@ def target(tmp_path_factory):
     root = tmp_path_factory.mktemp("target")
     data = [f"paths.data={root / 'data'}"]
     _stage(["stages.prepare", "prepare.n=3", "n=2", *data], ROOT)
-    _stage(["stages.target", "target.heldout=1", *data, f"paths.target={root / 'target'}"], ROOT)
+    _stage(["stages.target", "target.heldout=1", *data, f"paths.target={root / 'target'}",
+            f"paths.results={root / 'results'}"], ROOT)  # fmt: skip
     return root / "target"
 
 
@@ -241,7 +242,7 @@ def test_two_ranks_train_the_head_one_rank_trains(tmp_path, target):
         "corpus.max_new_tokens=48", "head.train.steps=40", "head.train.eval_every=10",
         "head.train.save_every=0", "threads=1",
     ]  # fmt: skip
-    _stage(["stages.corpus", *common], ROOT)
+    _stage(["stages.corpus", *common, f"paths.results={tmp_path / 'r0'}"], ROOT)
     curves = {}
     for k in (1, 2):
         out = [f"paths.head={tmp_path / f'head{k}'}", f"paths.results={tmp_path / f'r{k}'}",
