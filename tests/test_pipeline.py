@@ -722,7 +722,9 @@ def test_repro_bench_rows_agree_and_cost_curves(repro):
             assert ("efficiency" in row) == (row["tau"] is not None and name != "dflash_chain")
             if "efficiency" in row:
                 e = row["efficiency"]
-                assert 0 < e["value"] <= 1.0 + 1e-9 and e["limit"] > 0
+                # no bound at 1: the window is end_to_end minus a separately
+                # timed first token, so on a busy machine the share can pass 1
+                assert e["value"] > 0 and e["limit"] > 0
                 assert e["value"] == pytest.approx(e["speedup"] / e["limit"])
         assert rows["glance_auto"]["decode_only"]["auto_over"]["estimate"] == pytest.approx(1.0)
     cost = bench["context_cost"]
