@@ -119,28 +119,43 @@ TRAINERS = {
 }
 
 
+def phase_seconds(record: dict) -> tuple[dict, float]:
+    """``(phase -> seconds, feature seconds)`` from a stage's timing record,
+    summed over its training phases (the assistant keeps one record a phase)."""
+    runs = record.get("phases") or [record.get("train", record)]
+    phases = {k: sum(r.get("phase_seconds", {}).get(k, 0.0) for r in runs) for k in PHASES}
+    return phases, sum(r.get("feature_seconds", 0.0) for r in runs)
+
+
+def phase_table(rows: dict[str, tuple[dict, float]]) -> str:
+    """A Markdown table of ``trainer -> (phase -> ms per step, feature seconds)``,
+    one row per trainer, with each row's total."""
+    lines = ["| trainer | " + " | ".join(PHASES) + " | total ms/step | features s |",
+             "|---|" + "---|" * (len(PHASES) + 2)]  # fmt: skip
+    for trainer, (ms, features) in rows.items():
+        per = [ms[k] for k in PHASES]
+        cells = " | ".join(f"{v:.1f}" for v in (*per, sum(per)))
+        lines.append(f"| {trainer} | {cells} | {features:.1f} |")
+    return "\n".join(lines) + "\n"
+
+
 def training_table(timing: Path, params: dict) -> str:
     """Milliseconds per training step by phase, one row per trainer, from a
     run's ``results/timing/<stage>.json`` (its ``phase_seconds``) and the steps
     ``params`` (params.yaml) gives each; a trainer with no file is left out."""
-    lines = ["| trainer | " + " | ".join(PHASES) + " | total ms/step | features s |",
-             "|---|" + "---|" * (len(PHASES) + 2)]  # fmt: skip
+    rows = {}
     for trainer, (stage, keys) in TRAINERS.items():
         path = Path(timing) / f"{stage}.json"
         if not path.is_file():
             continue
-        record, steps = json.loads(path.read_text(encoding="utf-8")), params
+        steps = params
         for k in keys:
             steps = steps[k]
         if stage == "assistant":
             steps *= params["arms"]["assistant"]["train"]["phases"]
-        runs = record.get("phases") or [record.get("train", record)]
-        phases = {k: sum(r.get("phase_seconds", {}).get(k, 0.0) for r in runs) for k in PHASES}
-        ms = [1000 * phases[k] / steps for k in PHASES]
-        features = sum(r.get("feature_seconds", 0.0) for r in runs)
-        cells = " | ".join(f"{v:.1f}" for v in (*ms, sum(ms)))
-        lines.append(f"| {trainer} | {cells} | {features:.1f} |")
-    return "\n".join(lines) + "\n"
+        phases, features = phase_seconds(json.loads(path.read_text(encoding="utf-8")))
+        rows[trainer] = ({k: 1000 * v / steps for k, v in phases.items()}, features)
+    return phase_table(rows)
 
 
 def blocks(results: Path) -> dict[str, str]:
@@ -162,11 +177,11 @@ def blocks(results: Path) -> dict[str, str]:
         "heads": heads_markdown(json.loads(read("arms.json"))),
         "arms": read("arms.md"),
         "claims": read("claims.md"),
-        "training": training_table(results / "timing", _params(results)),
+        "training": training_table(results / "timing", run_params(results)),
     }
 
 
-def _params(results: Path) -> dict:
+def run_params(results: Path) -> dict:
     """The run's params.yaml, beside its results folder."""
     import yaml
 

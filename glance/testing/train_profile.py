@@ -24,8 +24,15 @@ import sys
 import tempfile
 from pathlib import Path
 
+from glance.reporting.readme import (
+    PHASES,
+    phase_seconds,
+    phase_table,
+    run_params,
+    training_table,
+)
+
 ROOT = Path(__file__).resolve().parents[2]
-PHASES = ("loss", "backward", "optimizer", "heldout", "checkpoint", "other")
 
 
 def _stages(steps: int, tmp: Path) -> list[tuple[str, str, list[str]]]:
@@ -50,18 +57,6 @@ def _stages(steps: int, tmp: Path) -> list[tuple[str, str, list[str]]]:
     ]
 
 
-def _phases(timing: dict) -> tuple[dict, float]:
-    """``(phase -> seconds, feature seconds)`` from a stage's timing record."""
-    if "phases" in timing:  # the assistant: one record per training phase
-        out: dict = {}
-        for p in timing["phases"]:
-            for k, v in p.get("phase_seconds", {}).items():
-                out[k] = out.get(k, 0.0) + v
-        return out, 0.0
-    train = timing.get("train", timing)
-    return dict(train.get("phase_seconds", {})), float(train.get("feature_seconds", 0.0))
-
-
 def profile(steps: int, only=()) -> dict:
     """``trainer -> {"ms_per_step": {phase: ms}, "feature_seconds": s}``."""
     out = {}
@@ -73,8 +68,8 @@ def profile(steps: int, only=()) -> dict:
             cmd = [sys.executable, "-m", f"stages.{stage}", "--config-name", "from_params", *paths]
             subprocess.run(cmd + overrides, cwd=ROOT, check=True)
             timing = json.loads((Path(tmp) / "results" / "timing" / f"{stage}.json").read_text())
-            phases, features = _phases(timing)
-            ms = {k: round(1000 * phases.get(k, 0.0) / steps, 1) for k in PHASES}
+            phases, features = phase_seconds(timing)
+            ms = {k: round(1000 * phases[k] / steps, 1) for k in PHASES}
             ms["total"] = round(sum(ms.values()), 1)
             out[trainer] = {"ms_per_step": ms, "feature_seconds": round(features, 1)}
     return out
@@ -82,13 +77,7 @@ def profile(steps: int, only=()) -> dict:
 
 def markdown(result: dict) -> str:
     """The profile as a table: one row per trainer, ms per step by phase."""
-    lines = ["| trainer | " + " | ".join(PHASES) + " | total ms/step | features s |",
-             "|---|" + "---|" * (len(PHASES) + 2)]  # fmt: skip
-    for trainer, r in result.items():
-        ms = r["ms_per_step"]
-        cells = " | ".join(f"{ms[k]:.1f}" for k in (*PHASES, "total"))
-        lines.append(f"| {trainer} | {cells} | {r['feature_seconds']:.1f} |")
-    return "\n".join(lines)
+    return phase_table({t: (r["ms_per_step"], r["feature_seconds"]) for t, r in result.items()})
 
 
 def main(argv=None) -> None:
@@ -99,14 +88,12 @@ def main(argv=None) -> None:
     parser.add_argument("--timing", type=Path, help="read a finished run's timing folder instead")
     args = parser.parse_args(argv)
     if args.timing:  # the docs' generated table, from a finished run
-        from glance.reporting.readme import _params, training_table
-
-        print(training_table(args.timing, _params(ROOT / "results")), end="")
+        print(training_table(args.timing, run_params(ROOT / "results")), end="")
         return
     result = profile(args.steps, args.only)
     if args.out:
         args.out.write_text(json.dumps(result, indent=2) + "\n")
-    print(markdown(result))
+    print(markdown(result), end="")
 
 
 if __name__ == "__main__":
