@@ -4,9 +4,10 @@
 
 The head (``glance.heads.eagle``) trains on the corpus stage's answers
 (``paths.corpus``: the same greedy and sampled answers as the block head), with
-the block head's steps, learning rate and seed (``head.train``), a batch of
+the block head's seed (``head.train``), ``arms.train.steps`` steps at learning
+rate ``arms.train.lr`` (the block head's where unset), a batch of
 ``arms.train.rows`` sequences, and EAGLE-3's training-time test
-(``arms.train.ttt`` steps over windows of ``arms.train.window`` anchors).
+(``arms.train.ttt`` steps over windows of up to ``arms.train.window`` anchors).
 Writes the head to ``arms.path`` with ``eagle.json`` beside it: its shape and
 the training log, with the held-out loss curve.
 """

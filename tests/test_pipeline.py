@@ -51,6 +51,7 @@ TINY = [
     "arms.budget=8",
     "arms.budgets=[4,8]",
     "arms.train.window=4",
+    "arms.train.steps=3",
     "arms.train.ttt=2",
     "arms.assistant.train.steps=3",
     "threads=1",

@@ -93,7 +93,8 @@ def shipped_toy(t) -> Path:
 
 def toy_record(cfg, tmp: Path, out: Path) -> dict:
     """The toy target's record: the shipped one (or one retrained into
-    ``tmp``), its weights' SHA-256 and its held-out exact match."""
+    ``tmp``), its weights' SHA-256 and its held-out exact match on the
+    run's ``tasks``."""
     from glance.pipeline.app import torch_dtype
     from glance.pipeline.files import write_timing
     from glance.targets.vl import load_target
@@ -109,7 +110,9 @@ def toy_record(cfg, tmp: Path, out: Path) -> dict:
     else:
         load_from = path = shipped_toy(t)
     model, processor = load_target(load_from, dtype=torch_dtype(cfg.dtype))
-    quality = evaluate_target(model, processor, cfg.paths.data, n=int(t.heldout))
+    quality = evaluate_target(
+        model, processor, cfg.paths.data, n=int(t.heldout), tasks=list(cfg.tasks)
+    )
     info = describe(load_from) | {
         "path": str(path),
         "sha256": sha256(Path(load_from) / "model.safetensors"),

@@ -98,6 +98,9 @@ class TrainRun:
     save_every: int
     log_every: int
     eval_every: int
+    rows: int = 16
+    blocks_per_row: int = 4
+    warmup: int = 50
 
 
 @dataclass(frozen=True)
@@ -461,6 +464,10 @@ def check_ranges(cfg: DictConfig) -> None:
         integer(f"arms.budgets[{i}]", b, 1, MAX_BUDGET)
     for key in ("rows", "window", "ttt"):
         integer(f"arms.train.{key}", cfg.arms.train[key], 1)
+    if cfg.arms.train.get("steps") is not None:
+        integer("arms.train.steps", cfg.arms.train.steps, 1)
+    if cfg.arms.train.get("lr") is not None:
+        number("arms.train.lr", cfg.arms.train.lr, 0, open_low=True)
     for key, n in cfg.arms.assistant.size.items():
         integer(f"arms.assistant.size.{key}", n, 1)
     if "task" in cfg and cfg.task is not None:

@@ -79,10 +79,13 @@ class HeadTrain:
 
 @dataclass(frozen=True)
 class EagleWindows:
-    """The EAGLE-style head's batch (``arms.train``): ``rows`` sequences per
-    step, each a window of ``window`` anchors unrolled ``ttt`` steps; its
-    steps, learning rate and seed are the block head's (:class:`HeadTrain`)."""
+    """The EAGLE-style head's training (``arms.train``): ``rows`` sequences
+    per step, each a window of up to ``window`` anchors unrolled ``ttt``
+    steps, for ``steps`` steps at learning rate ``lr``; left unset, steps and
+    learning rate are the block head's (:class:`HeadTrain`), as is the seed."""
 
     rows: int
     window: int
     ttt: int
+    steps: int | None = None
+    lr: float | None = None

@@ -24,9 +24,10 @@ from glance.toy.world import (
 __all__ = ["evaluate_decoding", "evaluate_target"]
 
 
-def evaluate_target(model, processor, data_dir, n: int | None = None) -> dict:
-    """Per task on held-out JSONL files: how the target's greedy answer follows
-    the task, and its mean answer entropy.
+def evaluate_target(model, processor, data_dir, n: int | None = None, tasks=TASKS) -> dict:
+    """Per task (``tasks``, by default every toy task) on held-out JSONL files:
+    how the target's greedy answer follows the task, and its mean answer
+    entropy.
 
     ``copy_rate`` is the share of the answers' grounded parts (copied off the
     page) that the greedy answer reproduces exactly; ``free_legal`` the share of
@@ -47,7 +48,7 @@ def evaluate_target(model, processor, data_dir, n: int | None = None) -> dict:
     encoder = Encoder(processor.tokenizer)
     table = glyph_table()
     out = {}
-    for task in TASKS:
+    for task in tasks:
         records = read_task(data_dir / f"{task}.jsonl")[:n]
         totals = dict.fromkeys(("copied", "grounded", "allowed", "free"), 0)
         entropies, lengths = [], []

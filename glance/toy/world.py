@@ -438,6 +438,14 @@ def train_toy_eagle_head(target_dir, out_dir, train: HeadTrain, windows: EagleWi
 
 
 def eagle_train(train: HeadTrain, windows: EagleWindows) -> dict:
-    """The EAGLE-style head's training settings: ``windows`` with the block
-    head's steps, learning rate and seed."""
-    return {**asdict(windows), "steps": train.steps, "lr": train.lr, "seed": train.seed}
+    """The EAGLE-style head's training settings: ``windows``, with the block
+    head's seed, and its steps and learning rate where ``windows`` leaves them
+    unset."""
+    own = asdict(windows)
+    steps, lr = own.pop("steps"), own.pop("lr")
+    return {
+        **own,
+        "steps": train.steps if steps is None else steps,
+        "lr": train.lr if lr is None else lr,
+        "seed": train.seed,
+    }

@@ -84,6 +84,9 @@ class HeadConfig:
     weight_decay: float = 0.01
     seed: int = 0
     mask_span: str = "fixed"
+    #: anchors per held-out sequence in the held-out loss, fixed whatever the
+    #: batch's ``blocks_per_row``, so that runs with different batches compare
+    heldout_blocks: int = 4
 
     def __post_init__(self):
         if self.mask_span not in MASK_SPANS:
@@ -92,10 +95,12 @@ class HeadConfig:
     @classmethod
     def from_run(cls, run) -> HeadConfig:
         """The head a training run's settings describe (a pipeline ``TrainRun``
-        or the toy's ``HeadTrain``: any object with these attributes); the
-        rest keep their defaults."""
+        or the toy's ``HeadTrain``: any object with these attributes, the
+        batch and warm-up optional); the rest keep their defaults."""
         keys = ("block_size", "layers", "steps", "seed", "lr", "mask_span")
-        return cls(**{k: getattr(run, k) for k in keys})
+        optional = ("rows", "blocks_per_row", "warmup")
+        given = {k: getattr(run, k) for k in optional if getattr(run, k, None) is not None}
+        return cls(**{k: getattr(run, k) for k in keys}, **given)
 
 
 @dataclass(frozen=True)
@@ -462,12 +467,12 @@ def feature_key(target, rows) -> str:
 
 def _heldout_rows(target, rows, layer_ids, cfg: HeadConfig) -> list:
     """Fixed evaluation rows: each held-out sequence with up to
-    ``cfg.blocks_per_row`` anchors drawn from a generator of its own."""
+    ``cfg.heldout_blocks`` anchors drawn from a generator of its own."""
     rng = np.random.default_rng([cfg.seed, 7])
     out = []
     for i in range(len(rows)):
         s = rows.sequence(i)
-        anchors = sample_anchors(s.prompt_len, s.input_ids.shape[0], cfg.blocks_per_row, rng)
+        anchors = sample_anchors(s.prompt_len, s.input_ids.shape[0], cfg.heldout_blocks, rng)
         if anchors:
             out.append((sequence_features(target, s, layer_ids).cpu(), s.input_ids, anchors))
     return out

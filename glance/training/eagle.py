@@ -21,8 +21,12 @@ __all__ = ["EagleTrainConfig", "eagle_loss", "train_eagle_head", "ttt_steps"]
 @dataclass(frozen=True)
 class EagleTrainConfig:
     """Training settings. ``rows`` sequences per step, each contributing a
-    window of ``window`` consecutive anchors, unrolled ``ttt`` draft steps
-    with loss weight ``decay ** j`` at step ``j``."""
+    window of up to ``window`` consecutive anchors (cut at the sequence's end;
+    a window at least as long as the response trains every anchor of it, as
+    EAGLE-3 does), unrolled ``ttt`` draft steps with loss weight ``decay ** j``
+    at step ``j``. The held-out loss is measured on fixed windows of
+    ``heldout_window`` anchors, whatever ``window`` is, so that runs with
+    different windows compare."""
 
     steps: int = 1500
     rows: int = 16
@@ -34,28 +38,37 @@ class EagleTrainConfig:
     weight_decay: float = 0.01
     seed: int = 0
     layer_ids: tuple[int, ...] | None = None
+    heldout_window: int = 16
 
 
 def _row_batch(head, rows, window: int, ttt: int):
     """End-padded tensors for rows ``(features (L, F), ids (L,), start)``:
-    ``(features, ids, valid ids, anchors)``."""
+    ``(features, ids, valid ids, anchors, live anchors)``. A row's anchors are
+    ``start ..`` up to ``window`` of them, cut where no label is left (anchor
+    ``a`` predicts ``a + 2``); shorter rows repeat their last anchor, not live."""
     param = next(head.parameters())
-    P = max(start + window for _, _, start in rows)
+    ends = [max(start + 1, min(start + window, ids.shape[0] - 2)) for _, ids, start in rows]
+    P = max(ends)
+    W = max(end - start for end, (_, _, start) in zip(ends, rows, strict=True))
     R, width = len(rows), P + ttt + 2
     feats = torch.zeros(R, P, rows[0][0].shape[1], dtype=param.dtype)
     ids_all = torch.zeros(R, width, dtype=torch.long)
     valid = torch.zeros(R, width, dtype=torch.bool)
-    for r, (f, ids, _) in enumerate(rows):
+    anchors = torch.zeros(R, W, dtype=torch.long)
+    live = torch.zeros(R, W, dtype=torch.bool)
+    for r, ((f, ids, start), end) in enumerate(zip(rows, ends, strict=True)):
         n, m = min(P, f.shape[0]), min(width, ids.shape[0])
         feats[r, :n] = f[:n].to(param.dtype)
         ids_all[r, :m], valid[r, :m] = ids[:m], True
-    anchors = torch.stack([torch.arange(s, s + window) for _, _, s in rows])
-    return tuple(t.to(param.device) for t in (feats, ids_all, valid, anchors))
+        anchors[r] = torch.arange(start, start + W).clamp(max=end - 1)
+        live[r, : end - start] = True
+    return tuple(t.to(param.device) for t in (feats, ids_all, valid, anchors, live))
 
 
 def ttt_steps(head, target, rows, window: int, ttt: int):
     """The training-time test over ``rows`` (``(features, ids, start)`` per
-    row; anchors ``start .. start + window - 1``): yields ``(j, logits,
+    row; anchors ``start ..``, up to ``window`` of them and none past the
+    last with a label): yields ``(j, logits,
     labels, ok)`` for draft steps ``j = 0 .. ttt - 1``, each ``(R, W, ...)``.
 
     Step 0 runs the head causally over positions ``0 .. max end`` (the
@@ -66,7 +79,7 @@ def ttt_steps(head, target, rows, window: int, ttt: int):
     earlier steps, as :class:`EagleDrafter` attends at depth ``j + 1``, and
     predicts ``anchor + j + 2``. ``ok`` is False past a sequence's end.
     """
-    feats, ids, valid, anchors = _row_batch(head, rows, window, ttt)
+    feats, ids, valid, anchors, live = _row_batch(head, rows, window, ttt)
     embed, output = embeddings(target), lm_head(target)
     R, P = feats.shape[:2]
     W = anchors.shape[1]
@@ -88,7 +101,7 @@ def ttt_steps(head, target, rows, window: int, ttt: int):
             keys.append(k)
             values.append(v)
         label_at = anchors + j + 2
-        ok = valid.gather(1, label_at)
+        ok = valid.gather(1, label_at) & live
         if not bool(ok.any()):
             return
         yield j, head.logits(hidden, output).float(), ids.gather(1, label_at), ok
@@ -104,9 +117,11 @@ def eagle_loss(head, target, rows, window: int, ttt: int, decay: float) -> torch
     (:func:`ttt_steps`), weighted ``decay ** j`` and normalised by the weights.
 
     The rows run in passes of :data:`GROUP_ROWS`, sorted by how far their
-    window reaches; each step's mean is taken over the whole batch, so the loss
+    windows reach; each step's mean is taken over the whole batch, so the loss
     is one padded pass's."""
-    order = sorted(range(len(rows)), key=lambda i: (rows[i][2], i))
+    order = sorted(
+        range(len(rows)), key=lambda i: (min(rows[i][2] + window, rows[i][1].shape[0]), i)
+    )
     sums, counts = {}, {}
     for at in range(0, len(order), GROUP_ROWS):
         group = [rows[i] for i in order[at : at + GROUP_ROWS]]
@@ -170,16 +185,16 @@ def train_eagle_head(
         if not data:
             raise ValueError("train_eagle_head: no sequence has two response tokens")
         probe_rng = np.random.default_rng([cfg.seed, 7])
-        probe = [_windows([r], 1, cfg.window, probe_rng)[0] for r in table(heldout)]
+        probe = [_windows([r], 1, cfg.heldout_window, probe_rng)[0] for r in table(heldout)]
 
-        def loss(rows) -> torch.Tensor:
-            return eagle_loss(head, target, rows, cfg.window, cfg.ttt, cfg.decay)
+        def loss(rows, window) -> torch.Tensor:
+            return eagle_loss(head, target, rows, window, cfg.ttt, cfg.decay)
 
         log = fit(
             head,
             cfg,
-            lambda rng: loss(_windows(data, cfg.rows, cfg.window, rng)),
-            lambda row: loss([row]),
+            lambda rng: loss(_windows(data, cfg.rows, cfg.window, rng), cfg.window),
+            lambda row: loss([row], cfg.heldout_window),
             probe,
             desc="train eagle head",
             eval_every=eval_every,

@@ -200,5 +200,5 @@ def train_scorer(
 class _Probe:
     """What :func:`glance.training.block._heldout_rows` reads from a config."""
 
-    blocks_per_row: int
+    heldout_blocks: int
     seed: int
