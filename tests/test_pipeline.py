@@ -41,6 +41,7 @@ TINY = [
     "sweep.budgets=[1,7]",
     "sweep.n=2",
     "context_sweep.lengths=[0,16]",
+    "context_sweep.task=docvqa",  # prepare writes the run's tasks only
     "context_sweep.n=2",
     "seed_check.n=2",
     "audit.n=1",
@@ -811,7 +812,7 @@ def test_the_arms_pipeline_runs_by_name_and_every_lossless_row_is_greedy(repro):
     eagle = json.loads((repro / "models" / "eagle-head" / "eagle.json").read_text())
     assert eagle["train"]["steps"] == 3 and eagle["train"]["heldout_curve"]
     arms = json.loads((repro / "results" / "arms.json").read_text())
-    assert set(arms["cases"]) == {"docvqa", "chartqa", "textvqa@context16"}
+    assert set(arms["cases"]) == {"docvqa", "chartqa", "docvqa@context16"}
     for case in [*arms["cases"].values(), arms["pooled"]]:
         rows = case["rows"]
         n = 4 if case is arms["pooled"] else case["n"]  # pooled: 2 tasks x 2 prompts

@@ -307,3 +307,23 @@ def test_prose_numbers_match_the_files_they_cite():
         if text not in prose
     ]
     assert not missing, "prose is stale:\n" + "\n".join(missing)
+
+
+@pytest.mark.parametrize("eagle_steps, divisor", [(100, 100), (None, 6000)])
+def test_training_table_divides_each_trainer_by_its_own_steps(tmp_path, eagle_steps, divisor):
+    from glance.reporting.readme import training_table
+
+    record = {"feature_seconds": 2.0, "phase_seconds": {"loss": 3.0, "backward": 6.0}}
+    (tmp_path / "eagle_head.json").write_text(json.dumps(record))
+    (tmp_path / "head.json").write_text(json.dumps(record))
+    params = {
+        "head": {"train": {"steps": 6000}},
+        "arms": {"train": {"steps": eagle_steps}},
+    }
+    rows = {
+        line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
+        for line in training_table(tmp_path, params).splitlines()[2:]
+    }
+    assert set(rows) == {"block head", "EAGLE-style head"}
+    assert rows["EAGLE-style head"][-2] == f"{9000 / divisor:.1f}"  # total ms a step
+    assert rows["block head"][-2] == f"{9000 / 6000:.1f}" and rows["block head"][-1] == "2.0"

@@ -110,13 +110,25 @@ def _law_rows(law: dict) -> str:
 
 #: a training log's phases, in the order the table shows them
 PHASES = ("loss", "backward", "optimizer", "heldout", "checkpoint", "other")
-#: trainer -> (its timing file's stage, where its steps sit in params.yaml)
+#: trainer -> (its timing file's stage, where its steps sit in params.yaml,
+#: the first that is set)
 TRAINERS = {
-    "block head": ("head", ("head", "train", "steps")),
-    "scorer": ("scorer", ("scorer", "steps")),
-    "EAGLE-style head": ("eagle_head", ("head", "train", "steps")),
-    "assistant": ("assistant", ("arms", "assistant", "train", "steps")),
+    "block head": ("head", [("head", "train", "steps")]),
+    "scorer": ("scorer", [("scorer", "steps")]),
+    "EAGLE-style head": ("eagle_head", [("arms", "train", "steps"), ("head", "train", "steps")]),
+    "assistant": ("assistant", [("arms", "assistant", "train", "steps")]),
 }
+
+
+def _steps(params: dict, places) -> int:
+    """The first of ``places`` (key paths into params.yaml) that is set."""
+    for keys in places:
+        value = params
+        for k in keys:
+            value = value.get(k) if isinstance(value, dict) else None
+        if value is not None:
+            return value
+    raise KeyError(f"params.yaml sets none of {['.'.join(k) for k in places]}")
 
 
 def phase_seconds(record: dict) -> tuple[dict, float]:
@@ -144,13 +156,11 @@ def training_table(timing: Path, params: dict) -> str:
     run's ``results/timing/<stage>.json`` (its ``phase_seconds``) and the steps
     ``params`` (params.yaml) gives each; a trainer with no file is left out."""
     rows = {}
-    for trainer, (stage, keys) in TRAINERS.items():
+    for trainer, (stage, places) in TRAINERS.items():
         path = Path(timing) / f"{stage}.json"
         if not path.is_file():
             continue
-        steps = params
-        for k in keys:
-            steps = steps[k]
+        steps = _steps(params, places)
         if stage == "assistant":
             steps *= params["arms"]["assistant"]["train"]["phases"]
         phases, features = phase_seconds(json.loads(path.read_text(encoding="utf-8")))
