@@ -9,7 +9,8 @@ at the configured budget, ``budget="auto"``, the chain,
 each of ``decode.sampled`` ``glance@T`` and ``chain@T`` against a seeded
 ``ar@T``; with ``decode.scored_row``, ``glance_scored`` (the consistency
 scorer's tree) at the configured budget and at ``arms.budget``. Rows the
-decode stage recorded under the audit's recipe are reused (``from_decode``).
+decode and sweep stages recorded under the audit's recipe are reused
+(``reused``): the audit then runs greedy's control and what no stage recorded.
 Writes ``results/audit.json`` (per row and per prompt), then
 exits 1 naming the row, task, prompt and first differing token of every
 mismatch (:mod:`glance.experiments.audit`).
@@ -60,7 +61,7 @@ def main(cfg) -> None:
         settings, rows, tasks, found, extend=extend, sweeps=sweeps, temperatures=temperatures, n=n
     )
     summary["scored_budgets"] = scored
-    summary |= {"from_decode": reused, "tasks": tasks, "numerics": numerics_record(cfg)}
+    summary |= {"reused": reused, "tasks": tasks, "numerics": numerics_record(cfg)}
     write_json(Path(cfg.paths.results) / "audit.json", summary)
     counts = [summary[k] for k in ("prompts", "equal", "control_differs", "mismatch")]
     message = "audit: %d rows x %d prompts, %d all equal, %d control differs, %d mismatches"

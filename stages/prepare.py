@@ -20,7 +20,7 @@ replaced.
 
 from __future__ import annotations
 
-from glance.data.prepare import benchmark_mapping, fill_data
+from glance.data.prepare import benchmark_mapping, fill_data, toy_tasks
 from glance.pipeline.app import CONF_DIR, app, log, setup
 from glance.pipeline.files import write_json
 
@@ -43,7 +43,7 @@ def main(cfg) -> None:
         summary.update(fill_data(cfg, tmp, mapping, need))
         write_json(tmp / "data.json", summary)
 
-    names = [*cfg.tasks, str(cfg.bench.length_task)]
+    names = toy_tasks(cfg) if str(cfg.prepare.source) == "toy" else list(cfg.tasks)
     expect = {"data.json", *names, *(f"{t}.jsonl" for t in names)}
     try:  # refuses a folder it did not write, before anything is read
         replace_dir(cfg.paths.data, fill, "paths.data", expect=expect)

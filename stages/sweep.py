@@ -8,7 +8,8 @@ interleaved prompt by prompt in one process, timed in the ``timing`` window.
 Every row is gated against greedy. Writes ``results/sweep/<task>/summary.json``
 (per budget: tau, tokens per second and the speedup over greedy with its
 paired bootstrap interval; ``budget="auto"``'s row and its mean verified tree
-size) and ``curve.csv`` for ``dvc plots`` (:mod:`glance.experiments.sweep`).
+size), ``curve.csv`` for ``dvc plots``, and ``outputs.jsonl``, each row's
+token ids, which the audit reuses (:mod:`glance.experiments.sweep`).
 """
 
 from __future__ import annotations
@@ -23,9 +24,10 @@ from glance.pipeline.files import refuse_unreplaceable
 
 @app
 def main(cfg) -> None:
+    from glance.core.metrics import drop_warmup
     from glance.experiments.decode import check_positions
     from glance.experiments.session import open_session
-    from glance.experiments.settings import decode_settings
+    from glance.experiments.settings import decode_settings, extend_row, greedy_recipe
 
     setup(cfg)
     task = task_config(cfg)
@@ -40,7 +42,9 @@ def main(cfg) -> None:
     rows = sweep.sweep_rows(budgets, settings["branch_k"])
     runs = s.decode(rows, prompts, f"sweep {task.name}", timing=settings["timing"])
     summary = sweep.sweep_summary(cfg, task, settings, budgets, runs)
-    sweep.write_sweep(folder, cfg, summary, budgets)
+    recipe = greedy_recipe(cfg, settings, extend_row(cfg, s.head), task)
+    ids = {row: [r["ids"] for r in drop_warmup(v)] for row, v in runs.items()}
+    sweep.write_sweep(folder, cfg, summary, budgets, ids=ids, recipe=recipe)
 
 
 if __name__ == "__main__":

@@ -214,3 +214,21 @@ def test_a_bad_mapping_or_task_list_is_refused_before_reading(tmp_path):
     proc = _prepare("--config-name", "from_params", "prepare.dataset=docvqa",
                     "prepare.source=hf", f"paths.data={tmp_path / 'd'}", check=False)  # fmt: skip
     assert proc.returncode != 0 and "tasks: dataset docvqa fills one task" in proc.stderr
+
+
+def test_the_toy_prepare_writes_every_task_a_stage_reads_by_name():
+    # a run on a subset of the tasks still finds the context sweep's, the
+    # bench's and the arms' tasks, and the longform length task
+    from omegaconf import OmegaConf
+
+    from glance.data.prepare import toy_tasks
+
+    cfg = OmegaConf.create(
+        {
+            "tasks": ["chartqa", "docvqa"],
+            "bench": {"length_task": "longform", "cost_task": "docvqa", "tasks": ["caption"]},
+            "context_sweep": {"task": "textvqa"},
+            "arms": {"tasks": ["chartqa", "nosuchtask"]},
+        }
+    )
+    assert toy_tasks(cfg) == ["chartqa", "docvqa", "longform", "caption", "textvqa"]

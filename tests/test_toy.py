@@ -163,6 +163,23 @@ def test_saved_target_loads_like_a_real_checkpoint(tmp_path):
     assert ids.shape[1] == len(Encoder(processor.tokenizer).prompt(ex.prompt))
 
 
+def test_the_held_out_probe_records_a_curve_and_leaves_training_alone(tmp_path):
+    # The probe draws its fixed batches from a generator of its own and runs
+    # without gradients: a run with it ends on the very weights of a run without.
+    size = TargetSize(hidden=32, layers=1)
+    kw = dict(steps=3, batch=4, long_every=2, long_batch=2, context=16, heldout_batches=2)
+    probed = train_target(tmp_path / "a", TrainConfig(eval_every=2, **kw), size, progress=False)
+    plain = train_target(tmp_path / "b", TrainConfig(eval_every=0, **kw), size, progress=False)
+    curve = probed["phases"][0]["heldout_curve"]
+    assert [s for s, _ in curve] == [0, 2, 3] and probed["heldout_loss"] == curve[-1][1]
+    assert all(np.isfinite(loss) and loss > 0 for _, loss in curve)
+    assert "heldout_curve" not in plain["phases"][0] and "heldout_loss" not in plain
+    from safetensors.torch import load_file
+
+    a, b = (load_file(str(tmp_path / x / "model.safetensors")) for x in "ab")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
 def test_toy_head_trains_on_regenerated_answers_and_decodes_losslessly(tmp_path):
     import glance
     from glance.targets.vl import VisionPositions

@@ -79,6 +79,18 @@ def benchmark_mapping(cfg, conf_dir):
     return mapping
 
 
+def toy_tasks(cfg) -> list[str]:
+    """The toy tasks the prepare stage writes: the run's ``tasks``, then those
+    other stages read by name (the bench's length and cost tasks and its task
+    list, the context sweep's task, the arms' tasks) when they are toy tasks,
+    so that a run on a subset of ``tasks`` still finds them."""
+    from glance.toy.tasks import WRITABLE
+
+    b = cfg.bench
+    named = [b.length_task, b.cost_task, *b.tasks, cfg.context_sweep.task, *cfg.arms.tasks]
+    return list(dict.fromkeys([*cfg.tasks, *(str(t) for t in named if t in WRITABLE)]))
+
+
 def fill_data(cfg, tmp: Path, mapping, need: int) -> dict:
     """Write the task files into ``tmp``; returns ``data.json``'s record."""
     source = str(cfg.prepare.source)
@@ -104,11 +116,9 @@ def fill_data(cfg, tmp: Path, mapping, need: int) -> dict:
         }
         summary["lengths"] = check_lengths(cfg, tmp, cfg.tasks, shown=source)
     elif source == "toy":
-        from glance.toy.tasks import WRITABLE, write_task
+        from glance.toy.tasks import write_task
 
-        # the bench's length task too, when it is a toy task (longform)
-        extra = [cfg.bench.length_task] if cfg.bench.length_task in WRITABLE else []
-        for task in dict.fromkeys([*cfg.tasks, *extra]):
+        for task in toy_tasks(cfg):
             write_task(task, cfg.prepare.n, tmp, cfg.prepare.seed)
             summary["tasks"][task] = int(cfg.prepare.n)
     else:

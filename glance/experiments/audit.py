@@ -3,10 +3,11 @@ bitwise, with a control run beside each baseline, prompt by prompt.
 
 A row's result on a prompt is ``equal``, ``control_differs`` (it differs, and
 so does its baseline's second run: the arithmetic is not reproducible there,
-so no decoder can be blamed) or ``MISMATCH``. Rows whose ids the decode stage
-recorded under the same recipe (:func:`glance.experiments.settings.token_recipe`
+so no decoder can be blamed) or ``MISMATCH``. Rows whose ids the decode or
+sweep stage recorded under the same recipe (:func:`glance.experiments.settings.token_recipe`
 and :func:`glance.experiments.outputs.inputs_digest`) are taken from its
-``outputs.jsonl``; the greedy baseline's control is always run afresh.
+``outputs.jsonl`` (:func:`glance.experiments.settings.greedy_recipe`); the
+greedy baseline's control is always run afresh.
 """
 
 from __future__ import annotations
@@ -17,19 +18,26 @@ from glance.experiments.gate import VERDICTS, first_difference, verdict
 
 
 def recorded(cfg, settings: dict, extend: int, task, rows: dict, n: int) -> dict:
-    """``{(row, prompt): ids}`` the decode stage recorded for ``task`` under the
-    audit's recipe (greedy, no filler), for the audit's rows and prompts."""
-    from glance.experiments.outputs import inputs_digest, read_outputs
-    from glance.experiments.settings import token_recipe
+    """``{(row, prompt): ids}`` the decode and sweep stages recorded for
+    ``task`` under the audit's recipe (greedy, no filler), for the audit's rows
+    and prompts. The sweep's ``N=<b>`` rows are the audit's ``glance@N=<b>``."""
+    from glance.experiments.outputs import read_outputs
+    from glance.experiments.settings import greedy_recipe
 
-    max_new = int(cfg.max_new_tokens or task.max_new_tokens)
-    greedy = {"context": 0, "extend_budget": 0, "temperature": 0.0, "max_new_tokens": max_new}
-    recipe = token_recipe(cfg, settings | greedy, extend) | inputs_digest(cfg, task)
-    path = Path(cfg.paths.results) / "decode" / task.name / "outputs.jsonl"
-    decoded = read_outputs(path, recipe)
+    recipe = greedy_recipe(cfg, settings, extend, task)
+    results = Path(cfg.paths.results)
+    decoded = read_outputs(results / "sweep" / task.name / "outputs.jsonl", recipe)
+    decoded = {(sweep_row(row), i): ids for (row, i), ids in decoded.items()}
+    decoded |= read_outputs(results / "decode" / task.name / "outputs.jsonl", recipe)
     if cfg.target.auto_cost is None:  # auto's trees then follow the clock
         decoded = {k: v for k, v in decoded.items() if k[0] != "glance_auto"}
     return {k: v for k, v in decoded.items() if k[0] in rows and k[1] <= n}
+
+
+def sweep_row(name: str) -> str:
+    """The audit's name for a sweep row: ``N=<b>`` is ``glance@N=<b>``, ``auto``
+    is ``glance_auto``; greedy ``ar`` keeps its name."""
+    return {"ar": "ar", "auto": "glance_auto"}.get(name, f"glance@{name}")
 
 
 def audit_prompt(session, rows: dict, prompt, i: int, decoded: dict, where: str):

@@ -166,6 +166,18 @@ def token_recipe(cfg: Config, settings: dict, extend: int) -> dict:
     }
 
 
+def greedy_recipe(cfg: Config, settings: dict, extend: int, task) -> dict:
+    """The recipe of a task's greedy rows without filler at the task's answer
+    length (:func:`token_recipe`, with the inputs' digests): what the audit
+    checks, so the stages that decode such rows (decode, sweep) record their
+    ids under it and the audit reuses them."""
+    from glance.experiments.outputs import inputs_digest
+
+    max_new = int(cfg.max_new_tokens or task.max_new_tokens)
+    greedy = {"context": 0, "extend_budget": 0, "temperature": 0.0, "max_new_tokens": max_new}
+    return token_recipe(cfg, settings | greedy, extend) | inputs_digest(cfg, task)
+
+
 def sampling_kwargs(cfg: Config, temperature: float, prompt: int) -> dict:
     """:func:`glance.experiments.rows.sampling_options` from the config's
     ``seed``, ``decode.top_p`` and ``decode.top_k``."""

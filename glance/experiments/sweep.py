@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 #: the files the sweep writes to ``results/sweep/<task>``, as one set
-FILES = ("summary.json", "curve.csv")
+FILES = ("summary.json", "curve.csv", "outputs.jsonl")
 
 
 def sweep_rows(budgets, branch_k: int) -> dict:
@@ -46,10 +46,13 @@ def sweep_summary(cfg, task, settings: dict, budgets, runs: dict) -> dict:
     }
 
 
-def write_sweep(folder, cfg, summary: dict, budgets) -> None:
+def write_sweep(folder, cfg, summary: dict, budgets, *, ids=None, recipe=None) -> None:
     """``summary.json`` and ``curve.csv`` (budget, speedup, low, high, tau, for
-    ``dvc plots``) into ``folder``, as one set."""
+    ``dvc plots``) into ``folder``, as one set; with ``ids`` (row -> token ids
+    per measured prompt) also ``outputs.jsonl`` under ``recipe``
+    (:func:`glance.experiments.settings.greedy_recipe`), which the audit reuses."""
     from glance._io import replace_dir
+    from glance.experiments.outputs import write_outputs
     from glance.pipeline.app import numerics_record
     from glance.pipeline.files import write_json
 
@@ -62,5 +65,7 @@ def write_sweep(folder, cfg, summary: dict, budgets) -> None:
     def fill(tmp: Path) -> None:
         write_json(tmp / "summary.json", summary | {"numerics": numerics_record(cfg)})
         (tmp / "curve.csv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+        if ids is not None:
+            write_outputs(tmp / "outputs.jsonl", recipe, ids)
 
     replace_dir(folder, fill, "sweep output folder", expect=FILES)

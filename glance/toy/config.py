@@ -44,6 +44,10 @@ class TrainConfig:
     #: optimizer and schedule (warm-up, cosine decay) on examples seeded by
     #: ``seed + phase``, continuing from the weights before it
     phases: int = 1
+    #: the held-out loss (fixed batches drawn from another seed, the long ones
+    #: included) every ``eval_every`` steps and at the end of each phase: 0 for none
+    eval_every: int = 250
+    heldout_batches: int = 8
 
 
 @dataclass(frozen=True)

@@ -195,7 +195,8 @@ def train_target(
     the schedule restarts that many times (see :class:`TrainConfig`). ``init``,
     a saved toy target, continues training from its weights. Writes the model and the processor to
     ``out_dir`` (built in a temporary folder, then renamed into place) and
-    returns the training log: seconds, final loss, steps.
+    returns the training log: seconds, final loss, steps, and with
+    ``cfg.eval_every`` each phase's held-out curve and the last held-out loss.
     """
     from tqdm import tqdm
 
@@ -226,12 +227,15 @@ def train_target(
         processor.save_pretrained(tmp)
 
     replace_dir(out_dir, save)
-    return {
+    out = {
         "seconds": sum(x["seconds"] for x in logs),
         "steps": cfg.steps * cfg.phases,
         "phases": logs,
         "final_loss": logs[-1]["final_loss"],
     }
+    if "heldout_curve" in logs[-1]:
+        out["heldout_loss"] = logs[-1]["heldout_curve"][-1][1]
+    return out
 
 
 def _train_phase(model, encoder, table, cfg: TrainConfig, seed: int, bar) -> dict:
@@ -250,13 +254,32 @@ def _train_phase(model, encoder, table, cfg: TrainConfig, seed: int, bar) -> dic
         lr=cfg.lr,
         betas=(0.9, 0.98),
     )
-    start, losses = time.perf_counter(), []
+    start, losses, curve = time.perf_counter(), [], []
+
+    def heldout() -> float:  # the same batches each time: a fresh generator on [seed, 2]
+        held, batches = np.random.default_rng([seed, 2]), []
+        model.eval()
+        with torch.no_grad():
+            for i in range(cfg.heldout_batches):
+                batch = _phase_loss(
+                    model, encoder, table, cfg, held, mix=mix, weights=weights, step=i
+                )
+                batches.append(float(batch))
+        model.train()
+        return float(np.mean(batches))
+
     for step in bar:
+        if cfg.eval_every and step % cfg.eval_every == 0:
+            with clock("heldout"):
+                curve.append([step, heldout()])
         with clock("loss"):
             loss = _phase_loss(model, encoder, table, cfg, rng, mix=mix, weights=weights, step=step)
         losses.append(optimizer_step(optim, model, loss, lr_at(step, cfg), clock=clock))
         if step % 50 == 0:
             bar.set_postfix(loss=f"{np.mean(losses[-50:]):.3f}")
+    if cfg.eval_every:
+        with clock("heldout"):
+            curve.append([cfg.steps, heldout()])
     seconds = time.perf_counter() - start
     phases = {k: round(v, 3) for k, v in sorted(clock.seconds.items())}
     return {
@@ -265,7 +288,7 @@ def _train_phase(model, encoder, table, cfg: TrainConfig, seed: int, bar) -> dic
         "seconds": seconds,
         "phase_seconds": phases | {"other": round(seconds - sum(clock.seconds.values()), 3)},
         "final_loss": float(np.mean(losses[-50:])),
-    }
+    } | ({"heldout_curve": curve} if curve else {})
 
 
 def _phase_loss(model, encoder, table, cfg: TrainConfig, rng, *, mix, weights, step: int):
