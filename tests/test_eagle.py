@@ -230,3 +230,21 @@ def test_a_trained_eagle_tree_samples_exactly(world):
     )
     assert out.tolist() == want.tolist()
     assert stats.tau > 1.0
+
+
+def test_every_training_seed_is_scored_on_one_probe(world, monkeypatch):
+    from glance.training import eagle
+
+    probes = []
+
+    def capture(head, cfg, batch_loss, row_loss, probe, **kw):
+        probes.append([(ids.tolist(), start) for _, ids, start in probe])
+        return {}
+
+    monkeypatch.setattr(eagle, "fit", capture)
+    ids = world.reference[0]
+    seq = Sequence(ids, world.input_ids.shape[1], _positions(world, len(ids)))
+    for seed in (0, 1):
+        cfg = EagleTrainConfig(steps=1, rows=2, window=4, ttt=2, seed=seed, heldout_window=4)
+        train_eagle_head(world.target, [seq], cfg, heldout=[seq] * 6, progress=False)
+    assert probes[0] == probes[1] and len(probes[0]) == 6

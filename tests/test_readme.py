@@ -315,7 +315,7 @@ def test_training_table_divides_each_trainer_by_its_own_steps(tmp_path, eagle_st
 
     record = {"feature_seconds": 2.0, "phase_seconds": {"loss": 3.0, "backward": 6.0}}
     (tmp_path / "eagle_head.json").write_text(json.dumps(record))
-    (tmp_path / "head.json").write_text(json.dumps(record))
+    (tmp_path / "head.json").write_text(json.dumps(record | {"gauge_seconds": 0.0125}))
     params = {
         "head": {"train": {"steps": 6000}},
         "arms": {"train": {"steps": eagle_steps}},
@@ -325,5 +325,20 @@ def test_training_table_divides_each_trainer_by_its_own_steps(tmp_path, eagle_st
         for line in training_table(tmp_path, params).splitlines()[2:]
     }
     assert set(rows) == {"block head", "EAGLE-style head"}
-    assert rows["EAGLE-style head"][-2] == f"{9000 / divisor:.1f}"  # total ms a step
-    assert rows["block head"][-2] == f"{9000 / 6000:.1f}" and rows["block head"][-1] == "2.0"
+    assert rows["EAGLE-style head"][-3] == f"{9000 / divisor:.1f}"  # total ms a step
+    assert rows["block head"][-3] == f"{9000 / 6000:.1f}" and rows["block head"][-2] == "2.0"
+    assert rows["block head"][-1] == "12.5" and rows["EAGLE-style head"][-1] == "–"  # gauge ms
+
+
+def test_a_timing_record_carries_the_machine_s_gauge_and_only_seconds(tmp_path):
+    from types import SimpleNamespace
+
+    from glance.pipeline.files import write_timing
+
+    cfg = SimpleNamespace(paths=SimpleNamespace(results=str(tmp_path)))
+    log = {"steps": 3, "phase_seconds": {"loss": 1.5}, "curve": [{"x": 1, "wall_seconds": 2.0}]}
+    rest = write_timing(cfg, "head", log)
+    assert rest == {"steps": 3, "curve": [{"x": 1}]}  # the outputs keep no wall time
+    record = json.loads((tmp_path / "timing" / "head.json").read_text())
+    assert record["phase_seconds"] == {"loss": 1.5} and record["curve"] == [{"wall_seconds": 2.0}]
+    assert 0 < record["gauge_seconds"] < 5

@@ -234,7 +234,7 @@ def test_heldout_rows_with_no_candidate_answer_are_left_out_of_the_loss(world):
     in-candidate loss; it is left out of the held-out mean (with a warning)
     rather than counted as a loss of 0."""
     from glance.training.block import Rows, Sequence, _heldout_rows
-    from glance.training.scorer import ScorerTrain, _Probe, _weight, train_scorer
+    from glance.training.scorer import ScorerTrain, _weight, train_scorer
 
     target, head = world.target, world.head
     prompt = world.input_ids[0]
@@ -244,7 +244,7 @@ def test_heldout_rows_with_no_candidate_answer_are_left_out_of_the_loss(world):
     found = {}  # constant answers: one the head's top 2 meet somewhere, one they never do
     for token in range(int(target.config.get_text_config().vocab_size)):
         seq = Sequence(torch.cat([prompt, torch.full((24,), token)]), prompt.shape[0])
-        probe = _heldout_rows(target, Rows([seq]), layers, _Probe(2, settings_.seed))
+        probe = _heldout_rows(target, Rows([seq]), layers, 2)
         found.setdefault(bool(_weight(head, target, probe, gamma, 2) > 0), seq)
         if len(found) == 2:
             break

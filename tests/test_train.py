@@ -260,3 +260,24 @@ def test_extend_budget_with_a_trained_head_is_lossless_and_reaches_past_the_bloc
     assert out.tolist() == want.tolist()
     assert max(r.accepted for r in stats.rounds) > B - 1  # an extension node was accepted
     assert all(r.tree_size <= 15 + 8 for r in stats.rounds)
+
+
+def test_every_training_seed_is_scored_on_one_probe(text_target, sequences, monkeypatch):
+    # The held-out anchors come from PROBE_SEED, not the run's seed: two seeds'
+    # held-out losses are two heads on the same blocks, so they compare.
+    from glance.training import block
+
+    probes = []
+
+    def capture(head, cfg, batch_loss, row_loss, probe, **kw):
+        probes.append([(ids.tolist(), list(anchors)) for _, ids, anchors in probe])
+        return {}
+
+    monkeypatch.setattr(block, "fit", capture)
+    for seed in (0, 1, 2):
+        cfg = HeadConfig(block_size=B, layers=1, steps=1, seed=seed, heldout_blocks=3)
+        train_head(
+            text_target, sequences[:4], tiny.MASK, cfg, heldout=sequences[4:], progress=False
+        )
+    assert len(probes[0]) == 2 and all(len(a) == 3 for _, a in probes[0])
+    assert probes[0] == probes[1] == probes[2]

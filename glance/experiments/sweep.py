@@ -46,11 +46,12 @@ def sweep_summary(cfg, task, settings: dict, budgets, runs: dict) -> dict:
     }
 
 
-def write_sweep(folder, cfg, summary: dict, budgets, *, ids=None, recipe=None) -> None:
-    """``summary.json`` and ``curve.csv`` (budget, speedup, low, high, tau, for
-    ``dvc plots``) into ``folder``, as one set; with ``ids`` (row -> token ids
-    per measured prompt) also ``outputs.jsonl`` under ``recipe``
-    (:func:`glance.experiments.settings.greedy_recipe`), which the audit reuses."""
+def write_sweep(folder, cfg, summary: dict, budgets, *, ids: dict, recipe: dict) -> None:
+    """``summary.json``, ``curve.csv`` (budget, speedup, low, high, tau, for
+    ``dvc plots``) and ``outputs.jsonl`` (``ids``: row -> token ids per
+    measured prompt, under ``recipe``,
+    :func:`glance.experiments.settings.greedy_recipe`, which the audit reuses)
+    into ``folder``, as one set."""
     from glance._io import replace_dir
     from glance.experiments.outputs import write_outputs
     from glance.pipeline.app import numerics_record
@@ -65,7 +66,6 @@ def write_sweep(folder, cfg, summary: dict, budgets, *, ids=None, recipe=None) -
     def fill(tmp: Path) -> None:
         write_json(tmp / "summary.json", summary | {"numerics": numerics_record(cfg)})
         (tmp / "curve.csv").write_text("\n".join(lines) + "\n", encoding="utf-8")
-        if ids is not None:
-            write_outputs(tmp / "outputs.jsonl", recipe, ids)
+        write_outputs(tmp / "outputs.jsonl", recipe, ids)
 
     replace_dir(folder, fill, "sweep output folder", expect=FILES)

@@ -64,8 +64,31 @@ def write_timing(cfg, stage: str, log: dict) -> dict:
     ``results/timing/<stage>.json`` and return the rest: the wall times follow
     the machine, so they stay out of the outputs that must reproduce bit for bit."""
     rest, seconds = _split_seconds(log)
-    write_json(Path(cfg.paths.results) / "timing" / f"{stage}.json", seconds or {})
+    seconds = (seconds or {}) | {"gauge_seconds": speed_gauge()}
+    write_json(Path(cfg.paths.results) / "timing" / f"{stage}.json", seconds)
     return rest
+
+
+def speed_gauge(repeats: int = 9) -> float:
+    """Seconds of a fixed CPU workload on this process's threads (float32
+    matrix products and elementwise passes at a toy training step's sizes),
+    the fastest of ``repeats``. The same machine runs the same work up to 1.4x
+    slower from one hour to the next, so a stage's wall time compares across
+    runs only over the gauge measured beside it."""
+    import time
+
+    import torch
+
+    g = torch.Generator().manual_seed(0)
+    x, w = torch.randn(2048, 128, generator=g), torch.randn(128, 128, generator=g)
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(8):
+            y = torch.nn.functional.silu(x @ w) * x
+            (y.t() @ x).add_(w).mul_(0.5)
+        best = min(best, time.perf_counter() - start)
+    return best
 
 
 def _split_seconds(x):

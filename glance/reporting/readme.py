@@ -139,22 +139,26 @@ def phase_seconds(record: dict) -> tuple[dict, float]:
     return phases, sum(r.get("feature_seconds", 0.0) for r in runs)
 
 
-def phase_table(rows: dict[str, tuple[dict, float]]) -> str:
-    """A Markdown table of ``trainer -> (phase -> ms per step, feature seconds)``,
-    one row per trainer, with each row's total."""
-    lines = ["| trainer | " + " | ".join(PHASES) + " | total ms/step | features s |",
-             "|---|" + "---|" * (len(PHASES) + 2)]  # fmt: skip
-    for trainer, (ms, features) in rows.items():
+def phase_table(rows: dict[str, tuple]) -> str:
+    """A Markdown table of ``trainer -> (phase -> ms per step, feature seconds[,
+    gauge seconds])``, one row per trainer, with each row's total and the
+    machine's speed gauge (:func:`glance.pipeline.files.speed_gauge`, in ms)
+    measured beside it, a dash where none was."""
+    lines = ["| trainer | " + " | ".join(PHASES) + " | total ms/step | features s | gauge ms |",
+             "|---|" + "---|" * (len(PHASES) + 3)]  # fmt: skip
+    for trainer, (ms, features, *gauge) in rows.items():
         per = [ms[k] for k in PHASES]
         cells = " | ".join(f"{v:.1f}" for v in (*per, sum(per)))
-        lines.append(f"| {trainer} | {cells} | {features:.1f} |")
+        g = f"{1000 * gauge[0]:.1f}" if gauge and gauge[0] is not None else "–"
+        lines.append(f"| {trainer} | {cells} | {features:.1f} | {g} |")
     return "\n".join(lines) + "\n"
 
 
 def training_table(timing: Path, params: dict) -> str:
     """Milliseconds per training step by phase, one row per trainer, from a
-    run's ``results/timing/<stage>.json`` (its ``phase_seconds``) and the steps
-    ``params`` (params.yaml) gives each; a trainer with no file is left out."""
+    run's ``results/timing/<stage>.json`` (its ``phase_seconds`` and
+    ``gauge_seconds``) and the steps ``params`` (params.yaml) gives each; a
+    trainer with no file is left out."""
     rows = {}
     for trainer, (stage, places) in TRAINERS.items():
         path = Path(timing) / f"{stage}.json"
@@ -163,8 +167,10 @@ def training_table(timing: Path, params: dict) -> str:
         steps = _steps(params, places)
         if stage == "assistant":
             steps *= params["arms"]["assistant"]["train"]["phases"]
-        phases, features = phase_seconds(json.loads(path.read_text(encoding="utf-8")))
-        rows[trainer] = ({k: 1000 * v / steps for k, v in phases.items()}, features)
+        record = json.loads(path.read_text(encoding="utf-8"))
+        phases, features = phase_seconds(record)
+        ms = {k: 1000 * v / steps for k, v in phases.items()}
+        rows[trainer] = (ms, features, record.get("gauge_seconds"))
     return phase_table(rows)
 
 

@@ -241,7 +241,7 @@ def train_target(
 def _train_phase(model, encoder, table, cfg: TrainConfig, seed: int, bar) -> dict:
     """One phase of :func:`train_target`: ``cfg.steps`` steps of a fresh AdamW
     with warm-up and cosine decay, on examples drawn from ``[seed, 1]``."""
-    from glance.training.loop import Clock, lr_at, optimizer_step
+    from glance.training.loop import PROBE_SEED, Clock, lr_at, optimizer_step
 
     rng, clock = np.random.default_rng([seed, 1]), Clock()
     mix = (*TASKS, AUX_TASK)
@@ -256,8 +256,8 @@ def _train_phase(model, encoder, table, cfg: TrainConfig, seed: int, bar) -> dic
     )
     start, losses, curve = time.perf_counter(), [], []
 
-    def heldout() -> float:  # the same batches each time: a fresh generator on [seed, 2]
-        held, batches = np.random.default_rng([seed, 2]), []
+    def heldout() -> float:  # the same batches in every phase and run, whatever the seed
+        held, batches = np.random.default_rng([PROBE_SEED, 2]), []
         model.eval()
         with torch.no_grad():
             for i in range(cfg.heldout_batches):

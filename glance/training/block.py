@@ -85,8 +85,10 @@ class HeadConfig:
     seed: int = 0
     mask_span: str = "fixed"
     #: anchors per held-out sequence in the held-out loss, fixed whatever the
-    #: batch's ``blocks_per_row``, so that runs with different batches compare
-    heldout_blocks: int = 4
+    #: batch's ``blocks_per_row``, so that runs with different batches compare.
+    #: 32: over six draws on the toy's 64 held-out answers, one head's loss has
+    #: a standard deviation of 0.9% at 32 anchors a sequence, 2.2% at 4
+    heldout_blocks: int = 32
 
     def __post_init__(self):
         if self.mask_span not in MASK_SPANS:
@@ -418,7 +420,7 @@ def _train_head(
         progress=progress,
     )
     probe_rows = heldout if hasattr(heldout, "sequence") else Rows(heldout)
-    probe = _heldout_rows(target, probe_rows, layer_ids, cfg)
+    probe = _heldout_rows(target, probe_rows, layer_ids, cfg.heldout_blocks)
     response = rows.lengths - rows.prompt_lens
     block = int(cfg.block_size)
 
@@ -465,14 +467,18 @@ def feature_key(target, rows) -> str:
     return json.dumps([rows_id, str(target.dtype), target.config.to_json_string()], sort_keys=True)
 
 
-def _heldout_rows(target, rows, layer_ids, cfg: HeadConfig) -> list:
-    """Fixed evaluation rows: each held-out sequence with up to
-    ``cfg.heldout_blocks`` anchors drawn from a generator of its own."""
-    rng = np.random.default_rng([cfg.seed, 7])
+def _heldout_rows(target, rows, layer_ids, blocks: int) -> list:
+    """Fixed evaluation rows: each held-out sequence with up to ``blocks``
+    anchors drawn from :data:`~glance.training.loop.PROBE_SEED`, the same
+    whatever the training seed, so that runs with different seeds are scored
+    on one probe."""
+    from glance.training.loop import PROBE_SEED
+
+    rng = np.random.default_rng([PROBE_SEED, 7])
     out = []
     for i in range(len(rows)):
         s = rows.sequence(i)
-        anchors = sample_anchors(s.prompt_len, s.input_ids.shape[0], cfg.heldout_blocks, rng)
+        anchors = sample_anchors(s.prompt_len, s.input_ids.shape[0], blocks, rng)
         if anchors:
             out.append((sequence_features(target, s, layer_ids).cpu(), s.input_ids, anchors))
     return out

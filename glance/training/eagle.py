@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 from glance.heads.block import embeddings, lm_head
 from glance.heads.eagle import build_eagle_head
-from glance.training.loop import deterministic, fit
+from glance.training.loop import PROBE_SEED, deterministic, fit
 
 __all__ = ["EagleTrainConfig", "eagle_loss", "train_eagle_head", "ttt_steps"]
 
@@ -184,7 +184,7 @@ def train_eagle_head(
         data = table(tqdm(sequences, desc="eagle features", disable=not progress))
         if not data:
             raise ValueError("train_eagle_head: no sequence has two response tokens")
-        probe_rng = np.random.default_rng([cfg.seed, 7])
+        probe_rng = np.random.default_rng([PROBE_SEED, 7])
         probe = [_windows([r], 1, cfg.heldout_window, probe_rng)[0] for r in table(heldout)]
 
         def loss(rows, window) -> torch.Tensor:

@@ -142,7 +142,7 @@ def train_scorer(
             key=feature_key(target, rows), progress=progress,
         )  # fmt: skip
         held = heldout if hasattr(heldout, "sequence") else Rows(heldout)
-        probe = _heldout_rows(target, held, layer_ids, _Probe(cfg.blocks_per_row, cfg.seed))
+        probe = _heldout_rows(target, held, layer_ids, cfg.blocks_per_row)
         with torch.no_grad():  # a row whose answer is never a candidate has nothing to score
             kept = [p for p in probe if _weight(head, target, [p], gamma, cfg.top_k) > 0]
         if len(kept) < len(probe):
@@ -194,11 +194,3 @@ def train_scorer(
         )
         log["marginal_heldout_loss"] = marginal
         return scorer, log
-
-
-@dataclass(frozen=True)
-class _Probe:
-    """What :func:`glance.training.block._heldout_rows` reads from a config."""
-
-    heldout_blocks: int
-    seed: int
