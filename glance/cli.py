@@ -161,6 +161,37 @@ def _load(args):
     return target, processor, head, scorer
 
 
+def _check_prompt(parser, args, max_new_tokens: int):
+    """The prompt's ids and positions from the target's processor and config
+    alone, before any weight loads: a prompt (an image's tokens included) that
+    leaves no room for ``max_new_tokens`` within the target's positions exits
+    2, naming both lengths. Returns ``(processor, ids, positions)``."""
+    import transformers as tf
+
+    import glance.toy.processor  # noqa: F401  registers the shipped toy target's processor
+    from glance._io import checkpoint_path
+    from glance.targets.vl import load_processor
+
+    try:
+        source = checkpoint_path(args.target, "target")
+        config = tf.AutoConfig.from_pretrained(str(source))
+        processor = load_processor(source, hasattr(config, "vision_config"))
+    except (OSError, ValueError) as err:
+        raise SystemExit(f"glance decode: {err}") from None
+    if processor is None:
+        raise SystemExit(f"glance decode: target {args.target}: no tokenizer or processor files")
+    ids, positions = _prompt_inputs(processor, args)
+    limit = config.get_text_config().max_position_embeddings
+    if ids.shape[1] + max_new_tokens > limit:
+        what = "prompt and image" if args.image is not None else "prompt"
+        parser.error(
+            f"prompt: the {what} make {ids.shape[1]} tokens, and with max_new_tokens "
+            f"{max_new_tokens} that is over the target's max_position_embeddings {limit}; "
+            "give a smaller image, a shorter prompt or fewer new tokens"
+        )
+    return processor, ids, positions
+
+
 def _prompt_inputs(processor, args):
     from glance.targets.vl import chat_inputs
 
@@ -187,8 +218,8 @@ def decode(args, parser) -> dict:
 
     if settings["threads"]:
         torch.set_num_threads(settings["threads"])
+    _, ids, positions = _check_prompt(parser, args, settings["max_new_tokens"])
     target, processor, head, scorer = _load(args)
-    ids, positions = _prompt_inputs(processor, args)
     ids = ids.to(target.device)
     stops = stop_ids(processor, target)
     sampled = settings["temperature"] > 0

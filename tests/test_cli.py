@@ -139,6 +139,33 @@ def test_a_scorer_needs_a_fixed_budget(capsys):
     )
 
 
+def test_a_prompt_over_the_target_s_positions_exits_2_before_any_weight_loads(
+    tmp_path, capsys, monkeypatch
+):
+    # A 1024x768 page is over 12,000 tokens to the toy's processor, over its
+    # 2048 positions: named from the processor and config alone, no weights read.
+    from PIL import Image
+
+    import glance.targets.vl as vl
+
+    def refuse(*a, **k):
+        raise AssertionError("the target's weights were loaded")
+
+    monkeypatch.setattr(vl, "load_target", refuse)
+    big = tmp_path / "big.png"
+    Image.new("RGB", (1024, 768), "white").save(big)
+    with pytest.raises(SystemExit) as exit_:
+        main(["decode", "--target", str(TOY), "--head", str(TOY), "--prompt", "x",
+              "--image", str(big)])  # fmt: skip
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    import re
+
+    made = re.search(r"the prompt and image make (\d+) tokens", err)
+    assert made and int(made.group(1)) > 12000, err
+    assert "max_new_tokens 256" in err and "max_position_embeddings 2048" in err
+
+
 def test_an_unreadable_image_is_named(tmp_path, capsys):
     bad = tmp_path / "page.png"
     bad.write_bytes(b"not a png")
