@@ -165,7 +165,7 @@ def _check_prompt(parser, args, max_new_tokens: int):
     """The prompt's ids and positions from the target's processor and config
     alone, before any weight loads: a prompt (an image's tokens included) that
     leaves no room for ``max_new_tokens`` within the target's positions exits
-    2, naming both lengths. Returns ``(processor, ids, positions)``."""
+    2, naming both lengths. Returns ``(ids, positions)``."""
     import transformers as tf
 
     import glance.toy.processor  # noqa: F401  registers the shipped toy target's processor
@@ -189,7 +189,7 @@ def _check_prompt(parser, args, max_new_tokens: int):
             f"{max_new_tokens} that is over the target's max_position_embeddings {limit}; "
             "give a smaller image, a shorter prompt or fewer new tokens"
         )
-    return processor, ids, positions
+    return ids, positions
 
 
 def _prompt_inputs(processor, args):
@@ -218,7 +218,7 @@ def decode(args, parser) -> dict:
 
     if settings["threads"]:
         torch.set_num_threads(settings["threads"])
-    _, ids, positions = _check_prompt(parser, args, settings["max_new_tokens"])
+    ids, positions = _check_prompt(parser, args, settings["max_new_tokens"])
     target, processor, head, scorer = _load(args)
     ids = ids.to(target.device)
     stops = stop_ids(processor, target)

@@ -2,6 +2,7 @@
 check-head names the field that does not fit; bad arguments fail early, by name."""
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -159,8 +160,6 @@ def test_a_prompt_over_the_target_s_positions_exits_2_before_any_weight_loads(
               "--image", str(big)])  # fmt: skip
     assert exit_.value.code == 2
     err = capsys.readouterr().err
-    import re
-
     made = re.search(r"the prompt and image make (\d+) tokens", err)
     assert made and int(made.group(1)) > 12000, err
     assert "max_new_tokens 256" in err and "max_position_embeddings 2048" in err

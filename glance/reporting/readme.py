@@ -139,17 +139,17 @@ def phase_seconds(record: dict) -> tuple[dict, float]:
     return phases, sum(r.get("feature_seconds", 0.0) for r in runs)
 
 
-def phase_table(rows: dict[str, tuple]) -> str:
-    """A Markdown table of ``trainer -> (phase -> ms per step, feature seconds[,
-    gauge seconds])``, one row per trainer, with each row's total and the
-    machine's speed gauge (:func:`glance.pipeline.files.speed_gauge`, in ms)
-    measured beside it, a dash where none was."""
+def phase_table(rows: dict[str, tuple[dict, float, float | None]]) -> str:
+    """A Markdown table of ``trainer -> (phase -> ms per step, feature seconds,
+    gauge seconds or None)``, one row per trainer, with each row's total and
+    the machine's speed gauge (:func:`glance.pipeline.files.speed_gauge`, in
+    ms) measured beside it, a dash where none was."""
     lines = ["| trainer | " + " | ".join(PHASES) + " | total ms/step | features s | gauge ms |",
              "|---|" + "---|" * (len(PHASES) + 3)]  # fmt: skip
-    for trainer, (ms, features, *gauge) in rows.items():
+    for trainer, (ms, features, gauge) in rows.items():
         per = [ms[k] for k in PHASES]
         cells = " | ".join(f"{v:.1f}" for v in (*per, sum(per)))
-        g = f"{1000 * gauge[0]:.1f}" if gauge and gauge[0] is not None else "–"
+        g = "–" if gauge is None else f"{1000 * gauge:.1f}"
         lines.append(f"| {trainer} | {cells} | {features:.1f} | {g} |")
     return "\n".join(lines) + "\n"
 

@@ -58,7 +58,8 @@ def _stages(steps: int, tmp: Path) -> list[tuple[str, str, list[str]]]:
 
 
 def profile(steps: int, only=()) -> dict:
-    """``trainer -> {"ms_per_step": {phase: ms}, "feature_seconds": s}``."""
+    """``trainer -> {"ms_per_step": {phase: ms}, "feature_seconds": s,
+    "gauge_seconds": s}``."""
     out = {}
     with tempfile.TemporaryDirectory() as tmp:
         for trainer, stage, overrides in _stages(steps, Path(tmp)):
@@ -71,13 +72,19 @@ def profile(steps: int, only=()) -> dict:
             phases, features = phase_seconds(timing)
             ms = {k: round(1000 * phases[k] / steps, 1) for k in PHASES}
             ms["total"] = round(sum(ms.values()), 1)
-            out[trainer] = {"ms_per_step": ms, "feature_seconds": round(features, 1)}
+            out[trainer] = {"ms_per_step": ms, "feature_seconds": round(features, 1),
+                            "gauge_seconds": timing.get("gauge_seconds")}  # fmt: skip
     return out
 
 
 def markdown(result: dict) -> str:
     """The profile as a table: one row per trainer, ms per step by phase."""
-    return phase_table({t: (r["ms_per_step"], r["feature_seconds"]) for t, r in result.items()})
+    return phase_table(
+        {
+            t: (r["ms_per_step"], r["feature_seconds"], r.get("gauge_seconds"))
+            for t, r in result.items()
+        }
+    )
 
 
 def main(argv=None) -> None:
