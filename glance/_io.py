@@ -77,26 +77,73 @@ def _listing(folder: Path) -> dict[str, str]:
     }
 
 
-def check_replaceable(path, what: str, expect=()) -> None:
-    """Refuse, naming ``what`` and ``path``, to replace a folder GLANCE did not
-    write: ``path`` may be missing, empty (version-control bookkeeping aside),
-    marked by :data:`MARKER`, or hold only files named in ``expect`` (the set
-    about to be written). Anything else, a repository root say, raises
-    ``ValueError`` before any work is done; so does an unwritable parent."""
+def _marker(folder: Path, what: str) -> dict:
+    """``folder``'s :data:`MARKER` record, or ``ValueError`` naming it."""
+    import json
+
+    path = folder / MARKER
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        raise ValueError(
+            f"{what} {folder}: {MARKER} is not a GLANCE output marker ({err})"
+        ) from None
+    if not isinstance(record, dict) or not isinstance(record.get("files", {}), dict):
+        raise ValueError(f"{what} {folder}: {MARKER} is not a GLANCE output marker")
+    return record
+
+
+def _shown(names) -> str:
+    names = sorted(names)
+    return ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+
+
+def check_replaceable(path, what: str, expect=(), kind: str | None = None) -> None:
+    """Refuse, naming ``what`` and ``path``, to replace a folder this kind of
+    output does not own. ``path`` may be missing, or empty (version-control
+    bookkeeping aside); or marked by :data:`MARKER` as ``kind`` (a marker of
+    another kind, a stage's head where a scorer would go say, is refused) and
+    holding no file the marker does not list (a file the user put there would
+    be lost); or, unmarked, hold only names in ``expect`` (the set about to be
+    written). A marker without a kind (written before kinds were recorded)
+    passes only when it lists nothing outside ``expect``. Anything else, a
+    repository root say, raises ``ValueError`` before any work is done; so
+    does an unwritable parent."""
     path = Path(path)
     if path.is_symlink() or (path.exists() and not path.is_dir()):
         raise ValueError(f"{what} {path}: exists and is not a folder; expected a folder to write")
-    if path.is_dir() and not (path / MARKER).is_file():
-        foreign = sorted(
-            p.name for p in path.iterdir() if p.name not in BOOKKEEPING and p.name not in expect
-        )
-        if foreign:
-            shown = ", ".join(foreign[:5]) + (
-                f" and {len(foreign) - 5} more" if len(foreign) > 5 else ""
-            )
+    if path.is_dir() and (path / MARKER).is_file():
+        record = _marker(path, what)
+        theirs = record.get("kind")
+        if theirs is not None and kind is not None and theirs != kind:
             raise ValueError(
-                f"{what} {path}: holds files GLANCE did not write ({shown}) and no {MARKER}; "
-                "refusing to replace it. Point it at a new or empty folder, or empty it yourself"
+                f"{what} {path}: holds GLANCE's {theirs} output, not a {kind}; refusing to "
+                "replace it. Point it at a folder of its own"
+            )
+        listed = set(record.get("files") or ())
+        if theirs is None and expect:
+            extra = {name.split("/")[0] for name in listed} - set(expect)
+            if extra:
+                raise ValueError(
+                    f"{what} {path}: holds another kind of GLANCE output ({_shown(extra)}); "
+                    "refusing to replace it. Point it at a folder of its own"
+                )
+        if "files" in record:
+            known = listed | {MARKER, *BOOKKEEPING}
+            found = (p.relative_to(path).as_posix() for p in path.rglob("*") if p.is_file())
+            unlisted = [name for name in found if name not in known]
+            if unlisted:
+                raise ValueError(
+                    f"{what} {path}: holds files GLANCE did not write ({_shown(unlisted)}) "
+                    "beside its output; refusing to replace it. Move them out first"
+                )
+    elif path.is_dir():
+        foreign = [p.name for p in path.iterdir() if p.name not in BOOKKEEPING + tuple(expect)]
+        if foreign:
+            raise ValueError(
+                f"{what} {path}: holds files GLANCE did not write ({_shown(foreign)}) and no "
+                f"{MARKER}; refusing to replace it. Point it at a new or empty folder, or empty "
+                "it yourself"
             )
     parent = path.parent if path.parent != Path("") else Path(".")
     probe = parent
@@ -106,6 +153,16 @@ def check_replaceable(path, what: str, expect=()) -> None:
         raise ValueError(f"{what} {path}: {probe} is a file, so no folder can be made there")
     if not os.access(probe, os.W_OK | os.X_OK):
         raise ValueError(f"{what} {path}: {probe} is not writable")
+
+
+def mark(folder, kind: str) -> None:
+    """Mark ``folder``, which a stage fills file by file (the corpus, say), as
+    GLANCE's output of ``kind``, without a listing of its files (its own
+    index checks them)."""
+    import json
+
+    record = {"written_by": "glance", "kind": kind}
+    atomic_write_text(Path(folder) / MARKER, json.dumps(record, indent=1, sort_keys=True) + "\n")
 
 
 def check_set(folder, names=None) -> None:
@@ -120,8 +177,8 @@ def check_set(folder, names=None) -> None:
     if not marker.is_file():
         return
     try:
-        files = json.loads(marker.read_text(encoding="utf-8"))["files"]
-    except (ValueError, KeyError, TypeError) as err:
+        files = json.loads(marker.read_text(encoding="utf-8")).get("files") or {}
+    except (ValueError, AttributeError) as err:
         raise ValueError(f"{marker}: not a GLANCE output marker ({err})") from err
     for name, digest in files.items():
         if names is not None and name not in names:
@@ -160,19 +217,22 @@ def _exchange(a: Path, b: Path) -> bool:
     raise OSError(errno, os.strerror(errno), f"{a} <-> {b}")
 
 
-def replace_dir(path, fill, what: str = "output folder", expect=()) -> None:
+def replace_dir(
+    path, fill, what: str = "output folder", expect=(), kind: str | None = None
+) -> None:
     """Build a folder with ``fill(tmp_path)`` in a temporary sibling, then put it
     in place of ``path`` in one step, so a reader, or a killed run, leaves the
     old set or the new one, never a mix. ``path`` is first checked with
-    :func:`check_replaceable` (``what`` and ``expect`` as there), before
-    ``fill`` does any work. The new folder gets :data:`MARKER` (its files and
-    their SHA-256), any bookkeeping the old one had, and the mode ``mkdir``
-    would give it (0755 under umask 022)."""
+    :func:`check_replaceable` (``what``, ``expect`` and ``kind`` as there),
+    before ``fill`` does any work. The new folder gets :data:`MARKER` (its
+    kind, its files and their SHA-256), any bookkeeping the old one had, and
+    the modes ``mkdir`` and ``open`` would give its folders and files (0755
+    and 0644 under umask 022; ``save_pretrained`` writes weights 0600)."""
     import json
     import shutil
 
     path = Path(path)
-    check_replaceable(path, what, expect)
+    check_replaceable(path, what, expect, kind)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
     try:
@@ -181,7 +241,10 @@ def replace_dir(path, fill, what: str = "output folder", expect=()) -> None:
         for name in BOOKKEEPING:
             if (path / name).is_file() and not (tmp / name).exists():
                 shutil.copy2(path / name, tmp / name)
+        _follow_umask(tmp)
         marker = {"written_by": "glance", "files": _listing(tmp)}
+        if kind is not None:
+            marker["kind"] = kind
         atomic_write_text(tmp / MARKER, json.dumps(marker, indent=1, sort_keys=True) + "\n")
         if path.is_dir() and _exchange(tmp, path):
             shutil.rmtree(tmp, ignore_errors=True)  # tmp now holds the old set
@@ -196,6 +259,14 @@ def replace_dir(path, fill, what: str = "output folder", expect=()) -> None:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def _follow_umask(folder: Path) -> None:
+    """Give everything under ``folder`` the mode ``mkdir`` or ``open`` would."""
+    mask = _umask()
+    for p in folder.rglob("*"):
+        if not p.is_symlink():
+            os.chmod(p, (0o777 if p.is_dir() else 0o666) & ~mask)
 
 
 def write_files(folder, files: dict, check_writable: bool = True) -> None:

@@ -16,14 +16,20 @@ import time
 from pathlib import Path
 
 from glance.pipeline.app import app, load_target, log, setup
-from glance.pipeline.files import read_json, write_timing
+from glance.pipeline.files import read_json, refuse_unreplaceable, write_timing
 
 
 @app
 def main(cfg) -> None:
     from glance.pipeline.training import make_corpus, target_dir
+    from glance.training.corpus import NAMES, CorpusError, check_corpus_folder
 
     setup(cfg)
+    refuse_unreplaceable(cfg.paths.corpus, "paths.corpus", NAMES, "corpus", cfg)
+    try:  # before any model loads: nothing of the user's is ever removed
+        check_corpus_folder(cfg.paths.corpus, "paths.corpus")
+    except CorpusError as err:
+        raise SystemExit(str(err)) from None
     info = read_json(Path(cfg.paths.target) / "target.json", "run the target stage first")
     if cfg.corpus.source == "toy" and info["source"] != "toy":
         raise SystemExit("corpus.source: toy prompts need the toy target; pick a datasets corpus")

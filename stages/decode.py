@@ -37,7 +37,7 @@ def main(cfg) -> None:
     task = task_config(cfg)
     settings = decode_settings(cfg, task)  # before any model loads
     out_dir = d.output_dir(cfg, task)
-    refuse_unreplaceable(out_dir, "out_dir", d.FILES)
+    refuse_unreplaceable(out_dir, "out_dir", d.FILES, "decode", cfg)
     check_context(cfg, settings)
     scored = bool(cfg.decode.scored_row) and settings["budget"] != "auto"
     s = open_session(cfg, inputs=[(task, settings["n"] + 1)], scorer=scored)

@@ -17,7 +17,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from glance.pipeline.app import app, load_target, log, numerics_record, setup
-from glance.pipeline.files import write_json, write_timing
+from glance.pipeline.files import refuse_unreplaceable, write_json, write_timing
+
+#: what the stage writes to ``arms.path``
+FILES = ("eagle.json", "config.json", "model.safetensors")
 
 
 @app
@@ -34,25 +37,33 @@ def main(cfg) -> None:
     if cfg.head.source != "train":
         raise SystemExit("stages.eagle_head trains on the block head's corpus: head=train")
     out, settings = Path(cfg.arms.path), eagle_train(cfg.head.train, cfg.arms.train)
+    refuse_unreplaceable(out, "arms.path", FILES, "eagle head", cfg)  # before any training
     torch.manual_seed(cfg.head.train.seed)
     target, processor = load_target(cfg)
     rows = {p: Corpus(cfg.paths.corpus, p, processor=processor) for p in ("train", "heldout")}
     train, heldout = ([c.sequence(i) for i in range(len(c))] for c in rows.values())
     head, train_log = train_eagle_head(target, train, EagleTrainConfig(**settings), heldout=heldout)
-    replace_dir(out, head.save_pretrained)
-    head = load_eagle_head(out, target=target)  # raises if it does not fit
     train_log["sequences"] = len(train)
-    write_json(
-        out / "eagle.json",
-        {
-            "path": str(out),
-            "target_layer_ids": head.target_layer_ids,
-            "parameters": sum(p.numel() for p in head.parameters()),
-            "corpus": rows["train"].recipe["corpus"],
-            "train": {**settings, **write_timing(cfg, "eagle_head", train_log)},
-            "numerics": numerics_record(cfg),
-        },
-    )
+    record = {
+        "corpus": rows["train"].recipe["corpus"],
+        "train": {**settings, **write_timing(cfg, "eagle_head", train_log)},
+        "numerics": numerics_record(cfg),
+    }
+
+    def fill(tmp: Path) -> None:  # the head and its record, swapped in as one set
+        head.save_pretrained(tmp)
+        saved = load_eagle_head(tmp, target=target)  # raises if it does not fit
+        write_json(
+            tmp / "eagle.json",
+            {
+                "path": str(out),
+                "target_layer_ids": saved.target_layer_ids,
+                "parameters": sum(p.numel() for p in saved.parameters()),
+            }
+            | record,
+        )
+
+    replace_dir(out, fill, "arms.path", expect=FILES, kind="eagle head")
     curve = train_log.get("heldout_curve", [])
     log.info("eagle head: final loss %.3f, held-out %s", train_log["final_loss"], curve[-3:])
 

@@ -35,7 +35,7 @@ def main(cfg) -> None:
 
     setup(cfg)
     out, h = Path(cfg.paths.head), cfg.head
-    refuse_unreplaceable(out, "paths.head", FILES)  # before any training
+    refuse_unreplaceable(out, "paths.head", FILES, "head", cfg)  # before any training
     if h.source == "checkpoint" and Path(str(h.path)).resolve() == out.resolve():
         raise SystemExit(f"paths.head {out}: is head.path itself; give the record its own folder")
     rank, _, cfg.device = init_distributed(str(cfg.device))
@@ -56,7 +56,7 @@ def main(cfg) -> None:
         write_json(tmp / "head.json", summary | extra | {"numerics": numerics_record(cfg)})
         log.info("head %s: block %d, reads layers %s", h.name, *map(summary.get, LOGGED))
 
-    replace_dir(out, fill, "paths.head", expect=FILES)
+    replace_dir(out, fill, "paths.head", expect=FILES, kind="head")
 
 
 LOGGED = ("block_size", "target_layer_ids")

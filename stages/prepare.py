@@ -46,7 +46,7 @@ def main(cfg) -> None:
     names = toy_tasks(cfg) if str(cfg.prepare.source) == "toy" else list(cfg.tasks)
     expect = {"data.json", *names, *(f"{t}.jsonl" for t in names)}
     try:  # refuses a folder it did not write, before anything is read
-        replace_dir(cfg.paths.data, fill, "paths.data", expect=expect)
+        replace_dir(cfg.paths.data, fill, "paths.data", expect=expect, kind="tasks")
     except ValueError as err:
         if str(err).startswith("paths.data"):
             raise SystemExit(str(err)) from None

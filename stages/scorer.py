@@ -42,7 +42,7 @@ def main(cfg) -> None:
     if cfg.scorer is None:
         raise SystemExit("scorer: expected the scorer's training run (conf/config.yaml)")
     out = Path(cfg.paths.scorer)
-    refuse_unreplaceable(out, "paths.scorer", FILES)  # before any training
+    refuse_unreplaceable(out, "paths.scorer", FILES, "scorer", cfg)  # before any training
     rank, _, cfg.device = init_distributed(str(cfg.device))
     info = read_json(Path(cfg.paths.head) / "head.json", "run `python -m stages.head` first")
     target, processor = load_target(cfg)
@@ -55,7 +55,7 @@ def main(cfg) -> None:
     def fill(tmp: Path) -> None:
         train_log.update(train_consistency_scorer(cfg, target, processor, head, tmp))
 
-    replace_dir(out, fill, "paths.scorer", expect=FILES)
+    replace_dir(out, fill, "paths.scorer", expect=FILES, kind="scorer")
     scorer = load_scorer(out, head, target)  # raises if it does not fit
     curve, marginal = train_log.get("heldout_curve", []), train_log.get("marginal_heldout_loss")
     write_json(

@@ -34,7 +34,7 @@ def main(cfg) -> None:
     settings = decode_settings(cfg, task)  # before any model loads
     budgets = [budget("sweep.budgets", b) for b in cfg.sweep.budgets]
     folder = Path(cfg.paths.results) / "sweep" / task.name
-    refuse_unreplaceable(folder, "sweep output folder", sweep.FILES)
+    refuse_unreplaceable(folder, "sweep output folder", sweep.FILES, "sweep", cfg)
     n = int(cfg.sweep.n) + 1
     s = open_session(cfg, inputs=[(task, n)])
     prompts = s.prompts(task, n, max_new=settings["max_new_tokens"])

@@ -25,7 +25,7 @@ def main(cfg) -> None:
 
     setup(cfg)
     out, t = Path(cfg.paths.target), cfg.target
-    refuse_unreplaceable(out, "paths.target", FILES)  # before any work
+    refuse_unreplaceable(out, "paths.target", FILES, "target", cfg)  # before any work
     if t.source == "pretrained" or not t.retrain:
         source = t.path if t.source == "pretrained" else shipped_toy(t)
         if Path(str(source)).resolve() == out.resolve():
@@ -41,7 +41,7 @@ def main(cfg) -> None:
         write_json(tmp / "target.json", info)
         log.info("target %s: %s, %d layers", t.name, info["architecture"], info["layers"])
 
-    replace_dir(out, fill, "paths.target", expect=FILES)
+    replace_dir(out, fill, "paths.target", expect=FILES, kind="target")
 
 
 if __name__ == "__main__":

@@ -194,7 +194,7 @@ def test_an_unreadable_image_names_its_row_and_nothing_is_written(tmp_path):
     data["image"][1] = {"bytes": b"not a png", "path": None}
     source = _save(datasets.Dataset.from_dict(data, features=features), tmp_path, "parquet")
     out = tmp_path / "data"
-    replace_dir(out, lambda t: (t / "keep.txt").write_text("old"))  # an earlier prepare's
+    replace_dir(out, lambda t: (t / "keep.txt").write_text("old"), kind="tasks")  # a prepare's
     proc = _prepare(
         "--config-name", "from_params", "prepare.dataset=docvqa", f"prepare.source={source}",
         "tasks=[docvqa]", "n=2", f"paths.data={out}", check=False,

@@ -176,4 +176,4 @@ def write_decode(out_dir, cfg, task, settings, summary, *, measured, rounds) -> 
         write_outputs(tmp / "outputs.jsonl", recipe, ids)
         write_json(tmp / "summary.json", summary | {"numerics": numerics_record(cfg)})
 
-    replace_dir(out_dir, fill, "out_dir", expect=FILES)
+    replace_dir(out_dir, fill, "out_dir", expect=FILES, kind="decode")

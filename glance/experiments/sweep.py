@@ -68,4 +68,4 @@ def write_sweep(folder, cfg, summary: dict, budgets, *, ids: dict, recipe: dict)
         (tmp / "curve.csv").write_text("\n".join(lines) + "\n", encoding="utf-8")
         write_outputs(tmp / "outputs.jsonl", recipe, ids)
 
-    replace_dir(folder, fill, "sweep output folder", expect=FILES)
+    replace_dir(folder, fill, "sweep output folder", expect=FILES, kind="sweep")

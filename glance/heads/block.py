@@ -237,10 +237,12 @@ def _speculators_config(path, data: dict, target):
     return config
 
 
-def _speculators_weights(path, config) -> dict:
-    """The checkpoint's safetensors as dflash's keys: borrowed weights dropped,
-    a fused ``qkv_proj`` split into q, k, v (sizes heads x head_dim, then
-    kv_heads x head_dim twice)."""
+def _speculators_weights(path, config, target=None) -> dict:
+    """The checkpoint's safetensors as dflash's keys: borrowed weights dropped
+    (with ``target``, a borrowed embedding must be the target's own, or this
+    raises naming the file: a same-shape head of another target), a fused
+    ``qkv_proj`` split into q, k, v (sizes heads x head_dim, then kv_heads x
+    head_dim twice)."""
     from pathlib import Path
 
     from safetensors.torch import load_file
@@ -251,6 +253,13 @@ def _speculators_weights(path, config) -> dict:
     state = {}
     for f in files:
         state.update(load_file(str(f)))
+    if target is not None and "embed_tokens.weight" in state:
+        saved, own = state["embed_tokens.weight"], embeddings(target).weight.detach()
+        if saved.shape != own.shape or not torch.equal(saved.to(own.device, own.dtype), own):
+            raise ValueError(
+                f"head {path}: its embed_tokens.weight is not the target's embedding; "
+                "the head was exported for another target (see its speculators_config.verifier)"
+            )
     for key in (*_BORROWED, "t2d", "d2t"):
         state.pop(key, None)
     d = config.head_dim or config.hidden_size // config.num_attention_heads
@@ -299,7 +308,7 @@ def load_block_head(path, target=None, dtype=None, device=None, allow_pickle: bo
         _check_block_size(data, path, top_level_only="speculators_model_type" in data)
     if data is not None and "speculators_model_type" in data:
         config = _speculators_config(path, data, target)
-        state = _speculators_weights(path, config)
+        state = _speculators_weights(path, config, target)
         head = DFlashDraftModel(config)
         missing, unexpected = head.load_state_dict(state, strict=False)
         if missing or unexpected:

@@ -46,7 +46,7 @@ def export_head(head, path, layout: str = "glance", *, target=None, fused_qkv: b
         elif layout == "speculators":
             _speculators(tmp, head, target, fused_qkv)
 
-    replace_dir(path, fill, f"export {layout}")
+    replace_dir(path, fill, f"export {layout}", kind="head export")
     return path
 
 

@@ -38,6 +38,7 @@ __all__ = [
     "ScorerConfig",
     "build_scorer",
     "check_scorer_fits",
+    "head_digest",
     "load_scorer",
     "step_scores",
 ]
@@ -46,7 +47,9 @@ __all__ = [
 class ScorerConfig(PretrainedConfig):
     """Shape of a :class:`CausalScorer`: the head's ``hidden_size``, the
     target's ``vocab_size``, the state's ``rank`` and ``top_k``, the
-    candidates per offset it was trained to re-rank."""
+    candidates per offset it was trained to re-rank; ``head_digest`` and
+    ``head_dtype`` name the block head it was trained behind
+    (:func:`head_digest`), so that it is never used behind another."""
 
     model_type = "glance_causal_scorer"
 
@@ -58,8 +61,12 @@ class ScorerConfig(PretrainedConfig):
         rank: int = 32,
         top_k: int = 8,
         initializer_range: float = 0.02,
+        head_digest: str | None = None,
+        head_dtype: str | None = None,
         **kwargs,
     ):
+        self.head_digest = head_digest
+        self.head_dtype = head_dtype
         self.hidden_size = hidden_size
         self.vocab_size = vocab_size
         self.rank = rank
@@ -125,13 +132,34 @@ def _sizes(head, target) -> tuple[int, int]:
     return int(head.config.hidden_size), int(text_config(target).vocab_size)
 
 
+def head_digest(head) -> str:
+    """SHA-256 over ``head``'s weights (names and bytes, in name order), as
+    they are in the head's own dtype."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for name, tensor in sorted(head.state_dict().items()):
+        h.update(
+            name.encode() + tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes()
+        )
+    return h.hexdigest()
+
+
 def build_scorer(head, target, rank: int = 32, top_k: int = 8, seed: int = 0) -> CausalScorer:
     """A fresh :class:`CausalScorer` for a block ``head`` drafting for
-    ``target``, in the head's dtype; it ranks paths as the product of
-    marginals until trained."""
+    ``target``, in the head's dtype, recording the head (:func:`head_digest`);
+    it ranks paths as the product of marginals until trained."""
     torch.manual_seed(seed)
     hidden, vocab = _sizes(head, target)
-    config = ScorerConfig(hidden_size=hidden, vocab_size=vocab, rank=int(rank), top_k=int(top_k))
+    dtype = str(next(head.parameters()).dtype).removeprefix("torch.")
+    config = ScorerConfig(
+        hidden_size=hidden,
+        vocab_size=vocab,
+        rank=int(rank),
+        top_k=int(top_k),
+        head_digest=head_digest(head),
+        head_dtype=dtype,
+    )
     return CausalScorer(config).to(next(head.parameters()).dtype)
 
 
@@ -146,6 +174,13 @@ def check_scorer_fits(scorer: CausalScorer, head, target) -> None:
     ):
         if mine != theirs:
             raise ValueError(f"scorer {name} is {mine} but the head's is {theirs}")
+    recorded = getattr(scorer.config, "head_digest", None)
+    dtype = str(next(head.parameters()).dtype).removeprefix("torch.")
+    if recorded and dtype == scorer.config.head_dtype and head_digest(head) != recorded:
+        raise ValueError(
+            f"scorer was trained behind head {recorded[:12]}, not this head "
+            f"({head_digest(head)[:12]}); retrain it behind this head (python -m stages.scorer)"
+        )
 
 
 def load_scorer(path, head=None, target=None, allow_pickle: bool = False) -> CausalScorer:

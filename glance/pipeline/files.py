@@ -165,13 +165,39 @@ def _plain(x):
     raise TypeError(f"cannot write {type(x).__name__} as JSON")
 
 
-def refuse_unreplaceable(path, key: str, files=()) -> None:
-    """Exit naming ``key`` when ``path`` is a folder GLANCE did not write and
-    may not replace (:func:`glance._io.check_replaceable`); called before any
-    work."""
+def refuse_unreplaceable(path, key: str, files=(), kind: str | None = None, cfg=None) -> None:
+    """Exit naming ``key`` when ``path`` may not be replaced by this stage's
+    output of ``kind``: a folder GLANCE did not write, or wrote as another kind
+    of output (:func:`glance._io.check_replaceable`), or, given the run's
+    ``cfg``, a folder that another ``paths.*`` key names, contains or sits in
+    (``paths.results`` aside, which holds the decode and sweep folders).
+    Called before any work."""
     from glance._io import check_replaceable
 
+    if cfg is not None:
+        clash = _paths_clash(Path(path), key, cfg)
+        if clash:
+            raise SystemExit(clash)
     try:
-        check_replaceable(path, key, expect=files)
+        check_replaceable(path, key, expect=files, kind=kind)
     except ValueError as err:
         raise SystemExit(str(err)) from None
+
+
+def _paths_clash(path: Path, key: str, cfg) -> str:
+    """Why ``path`` (for ``key``) overlaps another ``paths.*`` folder, or ``""``."""
+    from dataclasses import asdict
+
+    mine = path.resolve()
+    for name, value in asdict(cfg.paths).items():
+        other = f"paths.{name}"
+        if other == key or value is None:
+            continue
+        theirs = Path(str(value)).resolve()
+        if mine == theirs:
+            return f"{key} {path}: is {other}'s folder too; give each output its own folder"
+        if mine in theirs.parents:
+            return f"{key} {path}: holds {other} ({value}); replacing it would remove that"
+        if theirs in mine.parents and name != "results":
+            return f"{key} {path}: lies inside {other} ({value}); give it a folder of its own"
+    return ""

@@ -11,8 +11,11 @@ from __future__ import annotations
 import json
 import logging
 import os
+from contextlib import nullcontext
 from dataclasses import asdict
 from pathlib import Path
+
+from glance.training.checkpoints import finish, locked, run_folder
 
 log = logging.getLogger("glance")
 
@@ -117,6 +120,14 @@ def mask_token_id(processor, target) -> int:
     return int(tok.pad_token_id)
 
 
+def _own(work: Path):
+    """Rank 0 holds ``work``'s lock (:func:`glance.training.checkpoints.locked`)
+    for the run; the other ranks write no checkpoint."""
+    from glance.training.loop import world
+
+    return locked(work) if world()[0] == 0 else nullcontext(work)
+
+
 def features_dir(cfg) -> Path:
     """Where offline context features are kept: one folder the head and the
     scorer share (each file is keyed by corpus, target and layers), left in
@@ -127,13 +138,12 @@ def features_dir(cfg) -> Path:
 def train_block_head(cfg, target, processor, target_dir, out: Path | None) -> dict:
     """Train ``head.train`` on the corpus; rank 0 saves the head to ``out``.
 
-    Checkpoints go to ``<paths.checkpoints>/head``, offline features to
-    :func:`features_dir`, the
-    dvclive metrics to ``<paths.results>/train/head``. The corpus must have
-    been answered by this very target (its recipe records the target's hash).
+    Checkpoints go to ``<paths.checkpoints>/head/<digest of the run>``
+    (:mod:`glance.training.checkpoints`), offline features to
+    :func:`features_dir`, the dvclive metrics to ``<paths.results>/train/head``.
+    The corpus must have been answered by this very target (its recipe records
+    the target's hash).
     """
-    import shutil
-
     from glance.targets.vl import text_config
     from glance.training.block import HeadConfig, train_head
     from glance.training.corpus import Corpus, CorpusError
@@ -152,30 +162,31 @@ def train_block_head(cfg, target, processor, target_dir, out: Path | None) -> di
     if json.loads((folder / "corpus.json").read_text())["rows"]["heldout"]:
         heldout = Corpus(folder, "heldout", processor=processor, vocab_size=vocab)
     head_cfg = HeadConfig.from_run(t)
-    work = Path(cfg.paths.checkpoints) / "head"
     key = json.dumps({"recipe": recipe, "train": asdict(t)}, sort_keys=True)
+    work = run_folder(Path(cfg.paths.checkpoints) / "head", key)
     files = RunFiles(
-        checkpoint=work / "checkpoint",
+        checkpoint=work,
         save_every=t.save_every,
         key=key,
         live=Path(cfg.paths.results) / "train" / "head",
         log_every=t.log_every,
     )
     mask = mask_token_id(processor, target)
-    head, train_log = train_head(
-        target,
-        train,
-        mask,
-        head_cfg,
-        heldout=heldout,
-        eval_every=t.eval_every,
-        features=t.features,
-        features_dir=features_dir(cfg),
-        files=files,
-    )
-    if world()[0] == 0 and out is not None:
-        head.save_pretrained(out)
-        shutil.rmtree(work, ignore_errors=True)  # finished: nothing to resume
+    with _own(work):
+        head, train_log = train_head(
+            target,
+            train,
+            mask,
+            head_cfg,
+            heldout=heldout,
+            eval_every=t.eval_every,
+            features=t.features,
+            features_dir=features_dir(cfg),
+            files=files,
+        )
+        if world()[0] == 0 and out is not None:
+            head.save_pretrained(out)
+            finish(work)  # finished: nothing to resume
     return train_log | {"sequences": len(train), "features": t.features, "ranks": world()[1]}
 
 
@@ -183,13 +194,11 @@ def train_consistency_scorer(cfg, target, processor, head, out: Path | None) -> 
     """Train ``scorer`` behind the frozen block ``head`` on the head's corpus;
     rank 0 saves the scorer to ``out``.
 
-    Checkpoints go to ``<paths.checkpoints>/scorer``, the dvclive metrics to
+    Checkpoints go to ``<paths.checkpoints>/scorer/<digest of the run>``, the dvclive metrics to
     ``<paths.results>/train/scorer``; a checkpoint resumes only the same run
     (same corpus, settings and head weights).
     """
-    import hashlib
-    import shutil
-
+    from glance.heads.scorer import head_digest
     from glance.targets.vl import text_config
     from glance.training.corpus import Corpus
     from glance.training.loop import RunFiles, world
@@ -201,32 +210,30 @@ def train_consistency_scorer(cfg, target, processor, head, out: Path | None) -> 
     heldout = []
     if json.loads((folder / "corpus.json").read_text())["rows"]["heldout"]:
         heldout = Corpus(folder, "heldout", processor=processor, vocab_size=vocab)
-    weights = hashlib.sha256()
-    for name, tensor in sorted(head.state_dict().items()):
-        weights.update(name.encode() + tensor.detach().cpu().contiguous().numpy().tobytes())
     run = {k: v for k, v in asdict(s).items() if k not in ("save_every", "eval_every")}
-    key = json.dumps({"recipe": train.recipe, "scorer": run, "head": weights.hexdigest()})
-    work = Path(cfg.paths.checkpoints) / "scorer"
+    key = json.dumps({"recipe": train.recipe, "scorer": run, "head": head_digest(head)})
+    work = run_folder(Path(cfg.paths.checkpoints) / "scorer", key)
     files = RunFiles(
-        checkpoint=work / "checkpoint",
+        checkpoint=work,
         save_every=s.save_every,
         key=key,
         live=Path(cfg.paths.results) / "train" / "scorer",
         log_every=max(1, s.eval_every // 4),
     )
-    scorer, train_log = train_scorer(
-        head,
-        target,
-        train,
-        ScorerTrain(**run),
-        heldout=heldout,
-        eval_every=s.eval_every,
-        files=files,
-        # the head's own feature mode; a downloaded head has no run: online
-        features=cfg.head.train.features if cfg.head.train is not None else "online",
-        features_dir=features_dir(cfg),
-    )
-    if world()[0] == 0 and out is not None:
-        scorer.save_pretrained(out)
-        shutil.rmtree(work, ignore_errors=True)  # finished: nothing to resume
+    with _own(work):
+        scorer, train_log = train_scorer(
+            head,
+            target,
+            train,
+            ScorerTrain(**run),
+            heldout=heldout,
+            eval_every=s.eval_every,
+            files=files,
+            # the head's own feature mode; a downloaded head has no run: online
+            features=cfg.head.train.features if cfg.head.train is not None else "online",
+            features_dir=features_dir(cfg),
+        )
+        if world()[0] == 0 and out is not None:
+            scorer.save_pretrained(out)
+            finish(work)  # finished: nothing to resume
     return train_log | {"sequences": len(train), "ranks": world()[1]}

@@ -226,7 +226,7 @@ def train_target(
         model.save_pretrained(tmp)
         processor.save_pretrained(tmp)
 
-    replace_dir(out_dir, save)
+    replace_dir(out_dir, save, "toy target", kind="target")
     out = {
         "seconds": sum(x["seconds"] for x in logs),
         "steps": cfg.steps * cfg.phases,
@@ -436,7 +436,7 @@ def train_toy_head(target_dir, out_dir, train: HeadTrain) -> dict:
     mask = processor.tokenizer.convert_tokens_to_ids("<|mask|>")
     cfg = HeadConfig.from_run(train)
     head, log = train_head(target, sequences, mask, cfg, heldout=probe)
-    replace_dir(out_dir, head.save_pretrained)
+    replace_dir(out_dir, head.save_pretrained, "toy head", kind="head")
     log.update(regenerate_seconds=regen_seconds, sequences=len(sequences))
     return log
 
@@ -455,7 +455,7 @@ def train_toy_eagle_head(target_dir, out_dir, train: HeadTrain, windows: EagleWi
     sequences, probe, regen_seconds = toy_corpus(target, processor, **train.corpus())
     config = EagleTrainConfig(**eagle_train(train, windows))
     head, log = train_eagle_head(target, sequences, config, heldout=probe)
-    replace_dir(out_dir, head.save_pretrained)
+    replace_dir(out_dir, head.save_pretrained, "toy EAGLE-style head", kind="eagle head")
     log.update(regenerate_seconds=regen_seconds, sequences=len(sequences))
     return log
 

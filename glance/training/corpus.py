@@ -37,7 +37,14 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["Corpus", "CorpusError", "Part", "build_corpus", "target_identity"]
+__all__ = [
+    "Corpus",
+    "CorpusError",
+    "Part",
+    "build_corpus",
+    "check_corpus_folder",
+    "target_identity",
+]
 
 log = logging.getLogger("glance")
 
@@ -45,6 +52,9 @@ log = logging.getLogger("glance")
 FORMAT = 1
 PARTS = ("train", "heldout")
 _IMAGE = re.compile(r"images/[0-9a-f]{64}\.png")
+#: the names a corpus folder holds at its top level
+NAMES = ("corpus.json", "images", *PARTS)
+_SHARD = re.compile(r"shard-\d{5}|\.shard-\d{5}\.tmp")
 
 
 class CorpusError(ValueError):
@@ -104,6 +114,38 @@ def _images(conversation) -> list:
     ]
 
 
+def check_corpus_folder(out, what: str = "corpus") -> None:
+    """Refuse, naming the folder and what is foreign there, to build a corpus
+    in ``out`` unless it is missing, empty, or a corpus folder: GLANCE's
+    marker of kind ``corpus`` (or none, for a corpus made before markers), and
+    nothing but :data:`NAMES` at the top and shard folders that record what
+    made them in each part. Raises :class:`CorpusError`; nothing is removed."""
+    from glance._io import BOOKKEEPING, MARKER, check_replaceable
+
+    out = Path(out)
+    try:
+        check_replaceable(out, what, expect=NAMES, kind="corpus")
+    except ValueError as err:
+        raise CorpusError(str(err)) from None
+    if not out.is_dir():
+        return
+    foreign = [p.name for p in out.iterdir() if p.name not in (*NAMES, MARKER, *BOOKKEEPING)]
+    for part in PARTS:
+        if (out / part).is_dir():
+            foreign += [
+                f"{part}/{p.name}"
+                for p in (out / part).iterdir()
+                if not (_SHARD.fullmatch(p.name) and p.is_dir())
+                or (not p.name.startswith(".") and not (p / "made_by.json").is_file())
+            ]
+    if foreign:
+        shown = ", ".join(sorted(foreign)[:5]) + (" ..." if len(foreign) > 5 else "")
+        raise CorpusError(
+            f"{what} {out}: holds files a corpus does not ({shown}); refusing to build a "
+            "corpus there. Point it at a new or empty folder"
+        )
+
+
 def _shard_plan(parts: Sequence[Part], shard_size: int):
     """``(part, start, stop, shard_name)`` for every shard, in order."""
     counts = dict.fromkeys(PARTS, 0)
@@ -135,12 +177,14 @@ def build_corpus(
     """
     import datasets
 
-    from glance._io import atomic_write_text
+    from glance._io import atomic_write_text, mark
 
     if shard_size % batch_size:
         raise ValueError(f"shard_size {shard_size} must be a multiple of {batch_size}")
     out = Path(out)
+    check_corpus_folder(out)  # nothing below removes what a corpus did not make
     out.mkdir(parents=True, exist_ok=True)
+    mark(out, "corpus")
     (out / "images").mkdir(exist_ok=True)
     plan = list(_shard_plan(parts, shard_size))
     keep = {name for *_, name in plan}

@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -62,34 +63,44 @@ class OnlineFeatures:
 class OfflineFeatures:
     """Every row's features, written once to ``folder`` and read back per row.
 
-    ``folder/features.bin`` holds the rows' float32 features back to back;
-    ``folder/index.json`` their offsets and shapes, and a key over the corpus,
-    the target and the layers read. A folder whose key differs, or that a killed
-    run left without its index, is written again.
+    ``folder/<key>/features.bin`` holds the rows' float32 features back to
+    back; ``folder/<key>/index.json`` their offsets and shapes, and the key
+    (over the corpus, the target and the layers read) whose digest names the
+    subfolder, so runs over other corpora or layers keep their own files. A
+    subfolder whose index is missing (a killed run) or differs is written
+    again; ``features.bin`` is written aside and renamed into place.
     """
 
     def __init__(self, target, rows, layer_ids, folder, key: str, progress: bool = False):
         from tqdm import tqdm
 
-        from glance._io import atomic_write_text
+        from glance._io import _umask, atomic_write_text
 
-        self.folder = Path(folder)
         self.layer_ids = list(layer_ids)
         key = hashlib.sha256(json.dumps([key, self.layer_ids]).encode()).hexdigest()
+        # one folder per key: runs over other corpora or layers never overwrite these
+        self.folder = Path(folder) / key[:16]
         index_file = self.folder / "index.json"
         rank, size = world()
         if rank == 0 and _read_index(index_file, key, len(rows)) is None:
             self.folder.mkdir(parents=True, exist_ok=True)
             index_file.unlink(missing_ok=True)
             offsets, shapes, at = [], [], 0
-            with open(self.folder / "features.bin", "wb") as f:
-                for i in tqdm(range(len(rows)), desc="context features", disable=not progress):
-                    feats = sequence_features(target, rows.sequence(i), self.layer_ids)
-                    data = feats.to("cpu", torch.float32).contiguous().numpy()
-                    f.write(data.tobytes())
-                    offsets.append(at)
-                    shapes.append(list(data.shape))
-                    at += data.nbytes
+            fd, tmp = tempfile.mkstemp(prefix=".features.bin.", dir=self.folder)
+            os.fchmod(fd, 0o666 & ~_umask())
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    for i in tqdm(range(len(rows)), desc="context features", disable=not progress):
+                        feats = sequence_features(target, rows.sequence(i), self.layer_ids)
+                        data = feats.to("cpu", torch.float32).contiguous().numpy()
+                        f.write(data.tobytes())
+                        offsets.append(at)
+                        shapes.append(list(data.shape))
+                        at += data.nbytes
+                os.replace(tmp, self.folder / "features.bin")  # a reader never sees half a file
+            except BaseException:
+                Path(tmp).unlink(missing_ok=True)
+                raise
             index = {"key": key, "rows": len(rows), "offsets": offsets, "shapes": shapes}
             atomic_write_text(index_file, json.dumps(index) + "\n")
         if size > 1:  # the other ranks read what rank 0 wrote

@@ -330,7 +330,7 @@ def _save(files, trained, done: dict, live) -> None:
         }
         atomic_write_text(tmp / _STATE, json.dumps(record) + "\n")
 
-    replace_dir(files.checkpoint, fill, "head.train checkpoint")
+    replace_dir(files.checkpoint, fill, "training checkpoint", kind="checkpoint")
     _barrier()
 
 
@@ -343,23 +343,31 @@ def _barrier() -> None:
 
 def _resume(files, head, optim, rng) -> dict | None:
     """Load the run's checkpoint into ``head``, ``optim`` and ``rng``; ``None``
-    if there is none, or it belongs to another run (logged, then ignored)."""
-    import json
+    if there is none, or it belongs to another run (logged, then ignored), or
+    it is damaged: then rank 0 moves it aside (logged, naming the file) and the
+    run starts afresh. Nothing is loaded into ``head`` until every file has
+    been read and checked."""
     import logging
-
-    from safetensors.torch import load_file
 
     folder = Path(files.checkpoint)
     if not (folder / _STATE).is_file():
         return None
-    record = json.loads((folder / _STATE).read_text(encoding="utf-8"))
+    try:
+        record, weights, tensors = _read_checkpoint(folder, head)
+    except _Damaged as err:
+        _barrier()
+        if world()[0] == 0 and folder.is_dir():
+            from glance.training.checkpoints import set_aside
+
+            set_aside(folder, str(err))
+        _barrier()
+        return None
     if record.get("key") != files.key:
         logging.getLogger("glance").warning(
             "checkpoint %s is another run's (its key differs); starting afresh", folder
         )
         return None
-    head.load_state_dict(load_file(str(folder / "model.safetensors")), strict=True)
-    tensors = load_file(str(folder / "state.safetensors"))
+    head.load_state_dict(weights, strict=True)
     slots: dict = {}
     for name, value in tensors.items():
         if name.startswith("optim/"):
@@ -370,3 +378,42 @@ def _resume(files, head, optim, rng) -> dict | None:
     rng.bit_generator.state = record["numpy_rng"]
     logging.getLogger("glance").info("resuming %s from step %d", folder, record["step"])
     return record
+
+
+class _Damaged(ValueError):
+    pass
+
+
+def _read_checkpoint(folder: Path, head) -> tuple[dict, dict, dict]:
+    """``(state.json's record, the head's weights, the other tensors)`` of the
+    checkpoint in ``folder``, each checked; :class:`_Damaged` naming the file
+    that is garbage, truncated, missing or does not fit ``head``."""
+    import json
+
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    from glance._io import check_set
+
+    def read(name, load):
+        try:
+            return load(folder / name)
+        except (OSError, ValueError, SafetensorError) as err:
+            raise _Damaged(f"{folder / name}: {str(err).splitlines()[0]}") from None
+
+    try:
+        check_set(folder)  # every file as written with the rest: a truncated one differs
+    except ValueError as err:
+        raise _Damaged(str(err)) from None
+    record = read(_STATE, lambda p: json.loads(p.read_text(encoding="utf-8")))
+    need = ("key", "param_groups", "numpy_rng", "step", "losses", "curve", "history", "seconds")
+    if not isinstance(record, dict) or any(k not in record for k in need):
+        raise _Damaged(f"{folder / _STATE}: expected a checkpoint record with {need}")
+    weights = read("model.safetensors", lambda p: load_file(str(p)))
+    tensors = read("state.safetensors", lambda p: load_file(str(p)))
+    expected = {k: tuple(v.shape) for k, v in head.state_dict().items()}
+    if {k: tuple(v.shape) for k, v in weights.items()} != expected:
+        raise _Damaged(f"{folder / 'model.safetensors'}: its weights do not fit the head")
+    if "rng/torch" not in tensors:
+        raise _Damaged(f"{folder / 'state.safetensors'}: no rng/torch state")
+    return record, weights, tensors
