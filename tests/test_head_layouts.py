@@ -122,3 +122,13 @@ def test_unexpected_weights_in_a_speculators_checkpoint_are_refused(native, tmp_
     save_file(state, str(foreign / "model.safetensors"))
     with pytest.raises(ValueError, match=r"unexpected \['layers.0.self_attn.g_proj.weight'\]"):
         glance.load_block_head(foreign, target=target)
+
+
+def test_a_speculators_export_is_refused_with_another_same_shape_target(native, tmp_path):
+    """Issue 42: an export reloaded silently with a different target of the same shape."""
+    target, _, path = native
+    foreign = _speculators(path, target, tmp_path / "s", fused=False)
+    other = tiny.build_target("qwen3_vl", seed=5).to(torch.float32)
+    with pytest.raises(ValueError, match="embed_tokens.weight is not the target's embedding"):
+        glance.load_block_head(foreign, target=other)
+    glance.load_block_head(foreign, target=target)  # its own target: fine

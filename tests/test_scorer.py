@@ -262,3 +262,19 @@ def test_heldout_rows_with_no_candidate_answer_are_left_out_of_the_loss(world):
     assert both == alone
     with pytest.warns(UserWarning, match="1 of 1 held-out rows"):
         assert heldout_loss([missed]) == (None, [])
+
+
+def test_a_scorer_is_refused_behind_another_head(checkpoints, tmp_path):
+    """Issue 42: a scorer trained behind head A was used with head B."""
+    from glance import load_block_head
+    from glance import testing as tiny
+    from glance.heads.scorer import build_scorer, load_scorer
+    from glance.targets.vl import load_target
+
+    target, _ = load_target(checkpoints["qwen3"][0], dtype=torch.float32)
+    head = load_block_head(checkpoints["qwen3"][1], target=target)
+    build_scorer(head, target, rank=4, top_k=4).save_pretrained(tmp_path / "scorer")
+    load_scorer(tmp_path / "scorer", head, target)  # its own head: fine
+    other = tiny.build_head(target, seed=7).to(torch.float32)
+    with pytest.raises(ValueError, match=r"scorer was trained behind head \w{12}, not this head"):
+        load_scorer(tmp_path / "scorer", other, target)
