@@ -129,7 +129,8 @@ def _settings(parser, args) -> dict:
         if not path.is_file():
             _expected(parser, "image", "an image file", args.image)
         try:
-            check_image(path, f"image {path}")  # from the header: bounded before decoding
+            # the header alone: bounded before the one decode, in _prompt_inputs
+            check_image(path, f"image {path}", decode=False)
         except ValueError as err:
             parser.error(str(err))
     return out
@@ -199,8 +200,13 @@ def _prompt_inputs(processor, args):
     if args.image is not None:
         from PIL import Image
 
-        with Image.open(args.image) as img:
-            image = img.convert("RGB")
+        try:
+            with Image.open(args.image) as img:
+                image = img.convert("RGB")
+        except (OSError, ValueError) as err:
+            raise SystemExit(
+                f"glance decode: image {args.image}: cannot be decoded ({err})"
+            ) from None
     try:
         return chat_inputs(processor, args.prompt, image)
     except ValueError as err:

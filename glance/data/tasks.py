@@ -70,10 +70,12 @@ MAX_PIXELS = 89_478_485
 MIN_SIDE = 28
 
 
-def check_image(path: Path, where: str) -> tuple[int, int]:
+def check_image(path: Path, where: str, decode: bool = True) -> tuple[int, int]:
     """``(width, height)`` of an image Pillow can decode, or ``ValueError``
     naming ``where``: not an image, more than :data:`MAX_PIXELS` pixels (read
-    from the header, before decoding), or a side under :data:`MIN_SIDE`."""
+    from the header, before decoding), or a side under :data:`MIN_SIDE`. With
+    ``decode`` false only the header is read (a caller that decodes the image
+    next anyway, and reports its errors, saves a second decode)."""
     import warnings
 
     from PIL import Image, UnidentifiedImageError
@@ -88,7 +90,8 @@ def check_image(path: Path, where: str) -> tuple[int, int]:
                         f"{where}: image is {width}x{height}, {width * height} pixels; "
                         f"the limit is {MAX_PIXELS} (glance.data.tasks.MAX_PIXELS)"
                     )
-                img.load()
+                if decode:
+                    img.load()
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as err:
         raise ValueError(
             f"{where}: image too large ({err}); the limit is {MAX_PIXELS} pixels "
