@@ -17,12 +17,14 @@ from pathlib import Path
 
 from glance.pipeline.app import app, load_target, log, setup
 from glance.pipeline.files import read_json, write_timing
+from glance.pipeline.limits import check_corpus_positions
 
 
 @app
 def main(cfg) -> None:
     from glance.pipeline.training import make_corpus, target_dir
 
+    check_corpus_positions(cfg)  # from the target's config.json, before any weight loads
     setup(cfg)
     info = read_json(Path(cfg.paths.target) / "target.json", "run the target stage first")
     if cfg.corpus.source == "toy" and info["source"] != "toy":
