@@ -461,8 +461,6 @@ def check_ranges(cfg: DictConfig) -> None:
     for key in ("target.dtype", "dtype"):
         if OmegaConf.select(cfg, key) not in DTYPES:
             _fail(key, OmegaConf.select(cfg, key), f"a dtype the target loads in, one of {DTYPES}")
-    for key in RUN_LISTS:
-        distinct(key, OmegaConf.select(cfg, key), empty=key in MAY_BE_EMPTY)
     for key, sources in (("target.source", TARGET_SOURCES), ("head.source", HEAD_SOURCES)):
         if OmegaConf.select(cfg, key) not in sources:
             _fail(key, OmegaConf.select(cfg, key), " or ".join(sources))
@@ -477,6 +475,8 @@ def check_ranges(cfg: DictConfig) -> None:
         integer(f"seed_check.seeds[{i}]", seed, 0, MAX_SEED)
     if not cfg.tasks:
         _fail("tasks", list(cfg.tasks), "at least one task")
+    for key in RUN_LISTS:
+        distinct(key, OmegaConf.select(cfg, key), empty=key in MAY_BE_EMPTY)
     for key in ("tasks", "bench.tasks", "arms.tasks"):
         for i, name in enumerate(OmegaConf.select(cfg, key) or ()):
             if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_-]+", name):
