@@ -17,6 +17,7 @@ from pathlib import Path
 
 from glance.pipeline.app import app, load_target, log, setup
 from glance.pipeline.files import read_json, refuse_unreplaceable, write_timing
+from glance.pipeline.limits import check_corpus_positions
 
 
 @app
@@ -24,6 +25,7 @@ def main(cfg) -> None:
     from glance.pipeline.training import make_corpus, target_dir
     from glance.training.corpus import NAMES, CorpusError, check_corpus_folder
 
+    check_corpus_positions(cfg)  # from the target's config.json, before any weight loads
     setup(cfg)
     refuse_unreplaceable(cfg.paths.corpus, "paths.corpus", NAMES, "corpus", cfg)
     try:  # before any model loads: nothing of the user's is ever removed

@@ -25,6 +25,7 @@ from torch.distributed.elastic.multiprocessing.errors import record
 
 from glance.pipeline.app import app, load_target, log, numerics_record, setup
 from glance.pipeline.files import read_json, refuse_unreplaceable, write_json, write_timing
+from glance.pipeline.limits import check_scorer_top_k
 
 #: what the scorer stage writes to ``paths.scorer``
 FILES = ("config.json", "model.safetensors")
@@ -41,6 +42,7 @@ def main(cfg) -> None:
     setup(cfg)
     if cfg.scorer is None:
         raise SystemExit("scorer: expected the scorer's training run (conf/config.yaml)")
+    check_scorer_top_k(cfg)  # from the target's config.json, before any weight loads
     out = Path(cfg.paths.scorer)
     refuse_unreplaceable(out, "paths.scorer", FILES, "scorer", cfg)  # before any training
     rank, _, cfg.device = init_distributed(str(cfg.device))

@@ -55,6 +55,69 @@ READERS = {
 # ATen's capability names, lowest first.
 ATEN_LEVELS = ("default", "avx2", "avx512")
 
+# The values each library takes, as its documentation names them. A value a
+# library does not know is ignored by it, silently: the output would record
+# pinned numerics that never held. MKL's code paths, each optionally with
+# ",STRICT":
+MKL_BRANCHES = (
+    "AUTO", "COMPATIBLE", "SSE2", "SSE3", "SSSE3", "SSE4_1", "SSE4_2", "AVX", "AVX2",
+    "AVX512", "AVX512_MIC", "AVX512_E1", "AVX512_E2", "AVX512_E3", "AVX512_E4", "AVX512_E5",
+    "AVX512_MIC_E1",
+)  # fmt: skip
+# oneDNN's ISA caps
+ONEDNN_ISAS = (
+    "SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2", "AVX512_CORE", "AVX512_CORE_VNNI",
+    "AVX512_CORE_BF16", "AVX512_CORE_FP16", "AVX512_CORE_AMX", "AVX512_CORE_AMX_FP16",
+    "AVX10_1_512", "AVX10_1_512_AMX", "AVX10_1_512_AMX_FP16", "DEFAULT", "ALL",
+)  # fmt: skip
+# OpenBLAS's x86 core names (it compares them case-insensitively)
+OPENBLAS_CORES = (
+    "Katmai", "Coppermine", "Northwood", "Prescott", "Banias", "Atom", "Core2", "Penryn",
+    "Dunnington", "Nehalem", "Athlon", "Opteron", "Opteron_SSE3", "Barcelona", "Nano",
+    "Sandybridge", "Bobcat", "Bulldozer", "Piledriver", "Haswell", "Steamroller", "Excavator",
+    "Zen", "SkylakeX", "Dhyana", "Cooperlake", "SapphireRapids",
+)  # fmt: skip
+# NumPy's CPU feature names (``numpy._core._multiarray_umath.__cpu_features__``;
+# written out, since importing numpy here would fix its numerics before the pin)
+NPY_FEATURES = (
+    "MMX", "SSE", "SSE2", "SSE3", "SSSE3", "SSE41", "POPCNT", "SSE42", "AVX", "F16C", "XOP",
+    "FMA4", "FMA3", "AVX2", "AVX512F", "AVX512CD", "AVX512ER", "AVX512PF", "AVX5124FMAPS",
+    "AVX5124VNNIW", "AVX512VPOPCNTDQ", "AVX512VL", "AVX512BW", "AVX512DQ", "AVX512VNNI",
+    "AVX512IFMA", "AVX512VBMI", "AVX512VBMI2", "AVX512BITALG", "AVX512FP16", "AVX512BF16",
+    "AVX512_KNL", "AVX512_KNM", "AVX512_SKX", "AVX512_CLX", "AVX512_CNL", "AVX512_ICL",
+    "AVX512_SPR", "X86_V2", "X86_V3", "X86_V4", "LAHF", "LZCNT", "MOVBE", "BMI", "BMI2", "CX16",
+    "GFNI", "VAES", "VPCLMULQDQ", "VSX", "VSX2", "VSX3", "VSX4", "VX", "VXE", "VXE2", "NEON",
+    "NEON_FP16", "NEON_VFPV4", "ASIMD", "FPHP", "ASIMDHP", "ASIMDDP", "ASIMDFHM", "SVE", "RVV",
+    "LSX",
+)  # fmt: skip
+
+
+def _check_library_values(n: Numerics) -> None:
+    """Raise ``ValueError`` naming the first of ``n``'s values its library does
+    not take, and the values it does."""
+    branch, _, strict = n.mkl_cbwr.partition(",")
+    if branch not in MKL_BRANCHES or strict not in ("", "STRICT"):
+        _refuse("mkl_cbwr", n.mkl_cbwr, f"one of {MKL_BRANCHES}, optionally with ',STRICT'")
+    if n.onednn_max_cpu_isa not in ONEDNN_ISAS:
+        _refuse("onednn_max_cpu_isa", n.onednn_max_cpu_isa, f"one of {ONEDNN_ISAS}")
+    if n.openblas_coretype.lower() not in {c.lower() for c in OPENBLAS_CORES}:
+        _refuse(
+            "openblas_coretype", n.openblas_coretype, f"an OpenBLAS core, one of {OPENBLAS_CORES}"
+        )
+    if not isinstance(n.npy_disable_cpu_features, str):
+        _refuse("npy_disable_cpu_features", n.npy_disable_cpu_features, "a string")
+    for name in n.npy_disable_cpu_features.replace(",", " ").split():
+        if name not in NPY_FEATURES:
+            _refuse(
+                "npy_disable_cpu_features",
+                n.npy_disable_cpu_features,
+                f"NumPy CPU feature names (such as AVX512F), separated by spaces; {name!r} is none",
+            )
+
+
+def _refuse(key: str, value, allowed: str):
+    raise ValueError(f"numerics.{key}: expected {allowed}; got {value!r}")
+
 
 @dataclass(frozen=True)
 class Numerics:
@@ -78,6 +141,7 @@ class Numerics:
             value = getattr(self, field)
             if not isinstance(value, str) or not value or any(c.isspace() for c in value):
                 raise ValueError(f"numerics.{field}: expected one word; got {value!r}")
+        _check_library_values(self)
         low = 1 if self.pin else 0
         if (
             not isinstance(self.threads, int)

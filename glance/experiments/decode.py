@@ -36,15 +36,29 @@ def output_dir(cfg, task) -> Path:
     return Path(cfg.paths.results) / "decode" / task.name
 
 
+#: the longest file name the file systems we run on take, in bytes
+NAME_MAX = 255
+
+
 def sweep_folder(base: Path, overrides: str) -> Path:
     """``base`` / one folder named by a sweep job's ``overrides`` (Hydra's
     ``override_dirname``), with ``/`` and other path characters escaped, so
-    no override value (``prepare.split=../../x``, say) leaves ``base``."""
+    no override value (``prepare.split=../../x``, say) leaves ``base``.
+
+    A name past :data:`NAME_MAX` bytes, which no file system would create, is
+    shortened rather than refused, so that a long sweep still runs: its first
+    237 characters, readable, then ``~`` and 16 hex digits of the SHA-256 of
+    the whole name, so that two sweeps that differ only past the cut keep
+    apart. The run's ``summary.json`` records every setting in full."""
+    import hashlib
     from urllib.parse import quote
 
     name = quote(overrides or "base", safe="=,+-_.:@[]'\"")
     if name in (".", ".."):
         name = name.replace(".", "%2E")
+    if len(name) > NAME_MAX:  # quote leaves only ASCII: characters are bytes
+        digest = hashlib.sha256(name.encode()).hexdigest()[:16]
+        name = f"{name[: NAME_MAX - 18]}~{digest}"
     return base / name
 
 

@@ -19,7 +19,7 @@ import re
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from omegaconf import MISSING, DictConfig, OmegaConf
+from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from glance.toy.config import EagleWindows, TargetSize, TrainConfig
@@ -37,6 +37,19 @@ MIN_PROMPTS = 2
 MAX_THREADS = 256
 #: seeds are numpy's and torch's: unsigned 32-bit
 MAX_SEED = 2**32 - 1
+#: the dtypes a target loads in (:func:`glance.targets.vl.load_target`): the
+#: floating ones transformers computes in; an integer or float8 dtype fails
+#: only after the weights are read
+DTYPES = ("float32", "bfloat16", "float16", "float64")
+#: a block head's block sizes, as the head loader accepts them
+#: (:data:`glance.heads.block.BLOCK_SIZES`, which a test keeps in step)
+BLOCK_SIZES = (2, 64)
+#: the largest learning rate a run accepts: AdamW's step is about ``lr`` per
+#: weight, so past 1 each step moves weights by more than their scale and the
+#: loss goes to infinity or NaN
+MAX_LR = 1.0
+#: the most toy examples per task: their images are named ``0001.png`` to ``9999.png``
+MAX_TOY_EXAMPLES = 9999
 
 
 @dataclass(frozen=True)
@@ -331,7 +344,8 @@ def budget(key: str, value) -> int | str:
 
 
 def number(key: str, value, low: float, high: float = float("inf"), open_low=False) -> float:
-    """A finite real ``value`` in ``[low, high]`` (``(low, high]`` when ``open_low``)."""
+    """A finite real ``value`` in ``[low, high]`` (``(low, high]`` when ``open_low``);
+    the message names ``high`` when it is finite."""
     ok = isinstance(value, int | float) and not isinstance(value, bool)
     ok = (
         ok
@@ -340,7 +354,10 @@ def number(key: str, value, low: float, high: float = float("inf"), open_low=Fal
         and value <= high
     )
     if not ok:
-        span = f"in ({low}, {high}]" if open_low else f">= {low}"
+        if high < float("inf"):
+            span = f"in ({low}, {high}]" if open_low else f"in [{low}, {high}]"
+        else:
+            span = f"> {low}" if open_low else f">= {low}"
         _fail(key, value, f"a finite number {span}")
     return float(value)
 
@@ -391,6 +408,41 @@ _LIBRARY_BLOCKS = (
 )
 
 
+#: keys conf/ leaves as ``???``, and what the command line must give
+_MISSING_WHY = {"head.path": "the folder of a trained head (head=checkpoint head.path=...)"}
+
+#: the lists a stage iterates as a set of runs or rows: each entry once
+RUN_LISTS = (
+    "tasks",
+    "decode.sampled",
+    "sweep.budgets",
+    "context_sweep.lengths",
+    "seed_check.seeds",
+    "bench.tasks",
+    "bench.lengths",
+    "arms.tasks",
+    "arms.rules",
+    "arms.budgets",
+)
+#: of those, the ones where empty means "none of these rows"
+MAY_BE_EMPTY = ("decode.sampled", "arms.rules")
+
+
+def distinct(key: str, values, empty: bool = False) -> list:
+    """``values`` as a list if it is one with no entry twice (and not empty,
+    unless ``empty``), else exit naming ``key``: a repeated entry would run and
+    write the same row twice, an empty list a stage with nothing in it."""
+    values = list(values) if isinstance(values, list | tuple | ListConfig) else values
+    if not isinstance(values, list) or (not values and not empty):
+        _fail(key, values, "a list of distinct entries" + ("" if empty else ", at least one"))
+    seen = set()
+    for i, v in enumerate(values):
+        if repr(v) in seen:
+            _fail(f"{key}[{i}]", v, "each entry once (it is already in the list)")
+        seen.add(repr(v))
+    return values
+
+
 _ARTICLE = {
     "integer": "an integer",
     "float": "a number",
@@ -401,7 +453,14 @@ _ARTICLE = {
 
 def check_ranges(cfg: DictConfig) -> None:
     """The ranges the types cannot say (see the pipeline page's parameter notes)."""
+    missing = sorted(OmegaConf.missing_keys(cfg))
+    if missing:  # a ``???`` in conf/ that the command line left unset
+        key = missing[0]
+        _fail(key, "???", _MISSING_WHY.get(key, "a value (conf/ leaves it to the command line)"))
     d = cfg.decode
+    for key in ("target.dtype", "dtype"):
+        if OmegaConf.select(cfg, key) not in DTYPES:
+            _fail(key, OmegaConf.select(cfg, key), f"a dtype the target loads in, one of {DTYPES}")
     for key, sources in (("target.source", TARGET_SOURCES), ("head.source", HEAD_SOURCES)):
         if OmegaConf.select(cfg, key) not in sources:
             _fail(key, OmegaConf.select(cfg, key), " or ".join(sources))
@@ -416,6 +475,8 @@ def check_ranges(cfg: DictConfig) -> None:
         integer(f"seed_check.seeds[{i}]", seed, 0, MAX_SEED)
     if not cfg.tasks:
         _fail("tasks", list(cfg.tasks), "at least one task")
+    for key in RUN_LISTS:
+        distinct(key, OmegaConf.select(cfg, key), empty=key in MAY_BE_EMPTY)
     for key in ("tasks", "bench.tasks", "arms.tasks"):
         for i, name in enumerate(OmegaConf.select(cfg, key) or ()):
             if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_-]+", name):
@@ -434,7 +495,7 @@ def check_ranges(cfg: DictConfig) -> None:
     integer("decode.extend_row", d.extend_row, 0, MAX_BUDGET)
     integer("threads", cfg.threads, 0, MAX_THREADS)
     numerics(cfg)
-    integer("prepare.n", cfg.prepare.n, 1)
+    integer("prepare.n", cfg.prepare.n, 1, MAX_TOY_EXAMPLES)
     dataset = cfg.prepare.dataset
     if dataset is not None and not re.fullmatch(r"[A-Za-z0-9_-]+", str(dataset)):
         _fail(
@@ -467,12 +528,14 @@ def check_ranges(cfg: DictConfig) -> None:
     if cfg.arms.train.get("steps") is not None:
         integer("arms.train.steps", cfg.arms.train.steps, 1)
     if cfg.arms.train.get("lr") is not None:
-        number("arms.train.lr", cfg.arms.train.lr, 0, open_low=True)
+        number("arms.train.lr", cfg.arms.train.lr, 0, MAX_LR, open_low=True)
     for key, n in cfg.arms.assistant.size.items():
         integer(f"arms.assistant.size.{key}", n, 1)
     if "task" in cfg and cfg.task is not None:
         integer("task.max_new_tokens", cfg.task.max_new_tokens, 1)
     auto_cost(cfg)
+    for key in ("target.train", "arms.assistant.train"):
+        toy_training(key, OmegaConf.select(cfg, key))
     check_training(cfg)
     check_scorer(cfg)
 
@@ -497,21 +560,41 @@ def check_training(cfg) -> None:
             if "{question}" not in str(c.prompt):
                 _fail("corpus.prompt", c.prompt, "a template with {question}")
     h = cfg.head
-    if h.source == "checkpoint" and not h.path:
+    if h.source == "checkpoint" and not OmegaConf.select(cfg, "head.path", default=None):
         _fail("head.path", h.path, "the folder of a trained head (head=checkpoint)")
     if h.source != "train":
         return
     if h.get("train") is None:
         _fail("head.train", None, "the training run of a trained head (conf/head/train.yaml)")
     t = h.train
-    for key, low in (("block_size", 2), ("layers", 1), ("steps", 1), ("log_every", 1),
-                     ("eval_every", 1), ("save_every", 0)):  # fmt: skip
+    integer("head.train.block_size", t.block_size, *BLOCK_SIZES)
+    for key, low in (("layers", 1), ("steps", 1), ("log_every", 1), ("eval_every", 1),
+                     ("save_every", 0), ("rows", 1), ("blocks_per_row", 1),
+                     ("warmup", 0)):  # fmt: skip
         integer(f"head.train.{key}", t[key], low)
     integer("head.train.seed", t.seed, 0, MAX_SEED)
-    number("head.train.lr", t.lr, 0, open_low=True)
+    number("head.train.lr", t.lr, 0, MAX_LR, open_low=True)
     for key, allowed in (("features", FEATURE_MODES), ("mask_span", MASK_SPANS)):
         if t[key] not in allowed:
             _fail(f"head.train.{key}", t[key], " or ".join(allowed))
+
+
+def toy_training(key: str, t) -> None:
+    """A toy model's training run (:class:`~glance.toy.config.TrainConfig`) at
+    ``key``, when given."""
+    if t is None:
+        return
+    for name, low in (("steps", 1), ("batch", 1), ("warmup", 0), ("long_every", 1),
+                      ("long_batch", 1), ("context", 0), ("phases", 1), ("eval_every", 0),
+                      ("heldout_batches", 1)):  # fmt: skip
+        integer(f"{key}.{name}", t[name], low)
+    integer(f"{key}.seed", t.seed, 0, MAX_SEED)
+    number(f"{key}.lr", t.lr, 0, MAX_LR, open_low=True)
+    number(f"{key}.weight_decay", t.weight_decay, 0, 1)
+    for i, w in enumerate(t.task_weights):
+        number(f"{key}.task_weights[{i}]", w, 0)
+    if not sum(t.task_weights) > 0:
+        _fail(f"{key}.task_weights", list(t.task_weights), "weights with a positive sum")
 
 
 def check_scorer(cfg) -> None:
@@ -523,8 +606,9 @@ def check_scorer(cfg) -> None:
                      ("warmup", 0), ("save_every", 0), ("eval_every", 1)):  # fmt: skip
         integer(f"scorer.{key}", s[key], low)
     integer("scorer.seed", s.seed, 0, MAX_SEED)
-    number("scorer.lr", s.lr, 0, open_low=True)
-    number("scorer.weight_decay", s.weight_decay, 0)
+    number("scorer.lr", s.lr, 0, MAX_LR, open_low=True)
+    # AdamW decays each weight by lr * weight_decay a step: past 1 it flips sign
+    number("scorer.weight_decay", s.weight_decay, 0, 1)
 
 
 def auto_cost(cfg):

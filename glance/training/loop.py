@@ -124,6 +124,10 @@ def my_share(count: int) -> range:
     return range(rank * count // size, (rank + 1) * count // size)
 
 
+class NonFiniteLoss(FloatingPointError):
+    """A training step's loss is NaN or infinite: every later step would train on it."""
+
+
 def fit(
     head: torch.nn.Module,
     cfg,
@@ -154,6 +158,8 @@ def fit(
     not depend on the number of ranks beyond float rounding. Only rank 0 writes
     checkpoints and metrics. ``files`` (:class:`RunFiles`) sets checkpoints and
     dvclive; a run that finds its own checkpoint continues from it, bit for bit.
+    The first step whose loss is not finite raises :class:`NonFiniteLoss`,
+    naming the step (every rank sees the same global loss, so all stop).
     """
     from tqdm import tqdm
 
@@ -199,6 +205,11 @@ def fit(
             losses.append(_distributed_step(optim, head, loss, lr, clock=clock))
         else:
             losses.append(optimizer_step(optim, head, loss, lr, clock=clock))
+        if not math.isfinite(losses[-1]):  # a float already on the host: no sync
+            raise NonFiniteLoss(
+                f"{desc}: loss is {losses[-1]} at step {step}; lower the learning rate "
+                f"(lr {cfg.lr}) or check the corpus"
+            )
         if step % files.log_every == 0:
             mean = float(np.mean(losses[-files.log_every :]))
             bar.set_postfix(loss=f"{mean:.3f}")
