@@ -18,6 +18,7 @@ log = logging.getLogger("glance")
 
 __all__ = [
     "corpus_recipe",
+    "check_resumable",
     "init_distributed",
     "make_corpus",
     "mask_token_id",
@@ -124,6 +125,41 @@ def features_dir(cfg) -> Path:
     return Path(cfg.paths.checkpoints) / "features"
 
 
+def check_resumable(folder: Path, key: str, what: str) -> None:
+    """Refuse, naming the file, a checkpoint ``folder`` that the trainer would
+    resume (its ``state.json`` records this run's ``key``) but cannot read: a
+    ``state.json`` that is not a JSON object with the trainer's fields, or a
+    missing, cut or foreign ``model.safetensors`` / ``state.safetensors``
+    (:func:`glance._weights.check_safetensors`, from the headers alone). A
+    folder with no ``state.json``, or another run's, is left to the trainer,
+    which starts afresh."""
+    from glance._weights import check_safetensors
+
+    state = Path(folder) / "state.json"
+    if not state.is_file():
+        return
+    fix = f"delete {folder} to train afresh"
+    try:
+        record = json.loads(state.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, ValueError) as err:
+        raise ValueError(f"{what} {state}: not JSON ({err}); {fix}") from err
+    if not isinstance(record, dict):
+        kind = type(record).__name__
+        raise ValueError(f"{what} {state}: a JSON {kind}, expected an object; {fix}")
+    if record.get("key") != key:
+        return
+    gone = [k for k in ("step", "param_groups", "numpy_rng") if k not in record]
+    if gone:
+        raise ValueError(f"{what} {state}: no {', '.join(gone)}; {fix}")
+    for name in ("model.safetensors", "state.safetensors"):
+        if not (Path(folder) / name).is_file():
+            raise FileNotFoundError(f"{what} {Path(folder) / name}: missing beside {state}; {fix}")
+    try:
+        check_safetensors(folder, what, floating=False)
+    except ValueError as err:
+        raise ValueError(f"{err}; {fix}") from err
+
+
 def train_block_head(cfg, target, processor, target_dir, out: Path | None) -> dict:
     """Train ``head.train`` on the corpus; rank 0 saves the head to ``out``.
 
@@ -161,6 +197,7 @@ def train_block_head(cfg, target, processor, target_dir, out: Path | None) -> di
         live=Path(cfg.paths.results) / "train" / "head",
         log_every=t.log_every,
     )
+    check_resumable(files.checkpoint, key, "head.train checkpoint")
     mask = mask_token_id(processor, target)
     head, train_log = train_head(
         target,
@@ -214,6 +251,7 @@ def train_consistency_scorer(cfg, target, processor, head, out: Path | None) -> 
         live=Path(cfg.paths.results) / "train" / "scorer",
         log_every=max(1, s.eval_every // 4),
     )
+    check_resumable(files.checkpoint, key, "scorer checkpoint")
     scorer, train_log = train_scorer(
         head,
         target,
