@@ -110,3 +110,59 @@ def deciles_csv(per_task: dict, pooled: dict) -> str:
         ):
             rows.append(f"{name},{h:.6g},{a:.6g},{f:.6g},{c}")
     return "\n".join(rows) + "\n"
+
+
+def check_law(data: dict, path) -> dict:
+    """``data``, a ``law.json`` read from ``path``, after checking that every
+    fit it records (``pooled``, ``tasks.<name>`` and the same under
+    ``scored``) agrees with itself: ``holds`` and each of ``conditions`` must
+    be what :meth:`~glance.core.law.DraftabilityLaw.holds` gives on the
+    recorded fields with the recorded ``thresholds``. A fit that failed
+    (``error``) is left as it is. Raises ``ValueError`` naming the file and
+    the field."""
+    for where, record in _fits(data):
+        _check_fit(record, f"{path}: {where}")
+    return data
+
+
+def _fits(data: dict):
+    """``(dotted key, fit record)`` for every fit in a ``law.json``."""
+    for prefix, part in (("", data), ("scored.", data.get("scored"))):
+        if not isinstance(part, dict):
+            continue
+        if "pooled" in part:
+            yield f"{prefix}pooled", part["pooled"]
+        for name, record in (part.get("tasks") or {}).items():
+            yield f"{prefix}tasks.{name}", record
+
+
+def _check_fit(record, where: str) -> None:
+    from glance.core.law import DraftabilityLaw, holds_thresholds
+
+    if not isinstance(record, dict):
+        raise ValueError(f"{where}: expected a fit (an object); got {type(record).__name__}")
+    if "error" in record:
+        return
+    thresholds = record.get("thresholds")
+    if not isinstance(thresholds, dict) or set(thresholds) != set(holds_thresholds()):
+        raise ValueError(
+            f"{where}.thresholds: expected {sorted(holds_thresholds())}; got {thresholds!r}"
+        )
+    try:
+        ok, conditions = DraftabilityLaw.from_dict(record).holds(**thresholds)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"{where}: not a fit of the law ({err})") from err
+    recorded = record.get("conditions")
+    if not isinstance(recorded, dict):
+        raise ValueError(f"{where}.conditions: expected {sorted(conditions)}; got {recorded!r}")
+    for name, value in conditions.items():
+        if recorded.get(name) is not value:
+            raise ValueError(
+                f"{where}.conditions.{name}: records {recorded.get(name)!r}, but the fit it "
+                f"records gives {value} (b1 {record.get('b1')!r})"
+            )
+    if record.get("holds") is not ok:
+        raise ValueError(
+            f"{where}.holds: records {record.get('holds')!r}, but the fit it records gives "
+            f"{ok} (conditions {conditions})"
+        )
