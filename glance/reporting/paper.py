@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from glance.experiments.law_fit import check_law
+from glance.core.law import check_law_record
 from glance.pipeline.files import read_json
 
 
@@ -19,11 +19,11 @@ def read_outputs(cfg) -> dict:
     the law, the context runs, the sweeps, the bench and the seed draws'
     decode summaries; a missing one is named with the stage that makes it, and
     a law whose ``holds`` contradicts its own fit is refused
-    (:func:`glance.experiments.law_fit.check_law`)."""
+    (:func:`glance.core.law.check_law_record`)."""
     results = Path(cfg.paths.results)
     return {
         "decode": _summaries(results / "decode", cfg.tasks, "run the decode stage"),
-        "law": check_law(
+        "law": check_law_record(
             read_json(results / "law.json", "run the fit_law stage first"), results / "law.json"
         ),
         "context": {
