@@ -109,7 +109,12 @@ def make_corpus(cfg, target, processor, target_dir) -> dict:
     answer = answerer(target, processor, cfg.corpus.max_new_tokens, stop)
     recipe = corpus_recipe(cfg, target_dir)
     return build_corpus(
-        cfg.paths.corpus, _parts(cfg), answer, recipe, shard_size=cfg.corpus.shard_size
+        cfg.paths.corpus,
+        _parts(cfg),
+        answer,
+        recipe,
+        shard_size=cfg.corpus.shard_size,
+        progress=True,
     )
 
 
