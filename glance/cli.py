@@ -16,7 +16,9 @@ Arguments are checked before any model loads, and a bad one exits with
 status 2 naming it, as the pipeline's stages do (``budget: expected ...;
 got ...``). A checkpoint that fails to load, or a head that does not fit the
 target, exits with status 1 and the loader's message, which names the file
-and field.
+and field. Any other file that cannot be read exits with status 2 and one
+line naming it; a traceback means a bug (``GLANCE_DEBUG=1`` shows one for a
+refusal too).
 """
 
 from __future__ import annotations
@@ -411,7 +413,11 @@ def _print_check(result: dict) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``glance`` console script; returns the exit status:
     0, 1 (a checkpoint failed to load, the head does not fit, or the output
-    left its baseline) or 2 (a bad argument)."""
+    left its baseline) or 2 (a bad argument, or a file it cannot read: one
+    line, :func:`glance._errors.reported`)."""
+    from glance._errors import reported, stop_on_sigterm
+
+    stop_on_sigterm()
     args = parser().parse_args(argv)
     try:
         import torch  # noqa: F401
@@ -419,7 +425,8 @@ def main(argv: list[str] | None = None) -> int:
         args.sub.error(
             'needs the decode extra (torch, transformers, dflash): pip install "glance[decode]"'
         )
-    result = args.run(args, args.sub)
+    with reported():  # a refusal is one line and status 2, a bug its traceback
+        result = args.run(args, args.sub)
     if args.json:
         print(json.dumps(result))
     else:

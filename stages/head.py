@@ -38,7 +38,7 @@ def main(cfg) -> None:
     refuse_unreplaceable(out, "paths.head", FILES, "head", cfg)  # before any training
     if h.source == "checkpoint" and Path(str(h.path)).resolve() == out.resolve():
         raise SystemExit(f"paths.head {out}: is head.path itself; give the record its own folder")
-    rank, _, cfg.device = init_distributed(str(cfg.device))
+    rank, _, cfg.device = init_distributed(str(cfg.device), cfg.dist_timeout)
     info = read_json(Path(cfg.paths.target) / "target.json", "run the target stage first")
     target, processor = load_target(cfg)
     if h.source == "train" and rank != 0:  # the other ranks train, rank 0 writes

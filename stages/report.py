@@ -2,7 +2,9 @@
 
     python -m stages.report --config-name from_params
 
-Its inputs' SHA-256 go into the notebook's metadata, so ``tests/test_report.py``
+It reads ``paths.results`` and ``paths.figures`` (the repository's ``results/``
+and ``figures/`` by default), and refuses a folder missing a file it reads,
+naming the file. Its inputs' SHA-256 go into the notebook's metadata, so ``tests/test_report.py``
 can tell whether the saved outputs are current (:mod:`glance.reporting.notebook`).
 """
 
@@ -15,7 +17,7 @@ from glance.reporting.notebook import NOTEBOOK, run_stage
 @app
 def main(cfg) -> None:
     setup(cfg)
-    run_stage(NOTEBOOK)
+    run_stage(NOTEBOOK, cfg.paths.results, cfg.paths.figures)
 
 
 if __name__ == "__main__":

@@ -45,7 +45,7 @@ def main(cfg) -> None:
     check_scorer_top_k(cfg)  # from the target's config.json, before any weight loads
     out = Path(cfg.paths.scorer)
     refuse_unreplaceable(out, "paths.scorer", FILES, "scorer", cfg)  # before any training
-    rank, _, cfg.device = init_distributed(str(cfg.device))
+    rank, _, cfg.device = init_distributed(str(cfg.device), cfg.dist_timeout)
     info = read_json(Path(cfg.paths.head) / "head.json", "run `python -m stages.head` first")
     target, processor = load_target(cfg)
     head = load_block_head(Path(info["path"]), target=target).to(target.device, target.dtype)

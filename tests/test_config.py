@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
@@ -112,8 +113,9 @@ def test_stages_refuse_bad_config_before_any_model_loads(stage, monkeypatch):
 
 
 @pytest.mark.parametrize("stage", ["decode", "sweep", "audit", "bench", "arms"])
-def test_stages_read_their_task_files_before_any_model_loads(stage, monkeypatch, tmp_path):
-    """A missing task file is named before the target loads."""
+def test_stages_read_their_task_files_before_any_model_loads(stage, monkeypatch, tmp_path, capsys):
+    """A missing task file is named before the target loads, in one line
+    (status 2, issue 42)."""
     import importlib
 
     import glance.pipeline.app
@@ -127,8 +129,10 @@ def test_stages_read_their_task_files_before_any_model_loads(stage, monkeypatch,
     main = importlib.import_module(f"stages.{stage}").main
     paths = (f"paths.data={tmp_path / 'data'}", f"paths.results={tmp_path / 'results'}")
     cfg = _cfg(*paths, f"threads={THREADS}")
-    with pytest.raises(FileNotFoundError, match=f"^{tmp_path / 'data'}/.*: missing task file"):
+    with pytest.raises(SystemExit) as exit_:
         main(cfg)
+    assert exit_.value.code == 2
+    assert re.match(f"^{tmp_path / 'data'}/.*: missing task file", capsys.readouterr().err)
 
 
 def test_the_built_config_holds_the_librarys_own_objects():

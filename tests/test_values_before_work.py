@@ -118,7 +118,7 @@ def test_case_03_training_stops_at_the_first_non_finite_loss():
         fit(head, cfg, batch_loss, None, [], desc="head", eval_every=100, progress=False,
             feature_seconds=0.0, files=RunFiles())  # fmt: skip
     assert len(calls) == 3
-    assert issubclass(NonFiniteLoss, FloatingPointError)
+    assert issubclass(NonFiniteLoss, FloatingPointError) and issubclass(NonFiniteLoss, ValueError)
 
 
 # --- 4, 5: limits from the target's config.json, before loading ---------------

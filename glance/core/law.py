@@ -33,7 +33,14 @@ from scipy import optimize, special, stats
 
 from glance._io import atomic_write_text
 
-__all__ = ["DraftabilityLaw", "SlopeInterval", "b1_interval", "holds_thresholds", "rank_bins"]
+__all__ = [
+    "DraftabilityLaw",
+    "SlopeInterval",
+    "b1_interval",
+    "check_law_record",
+    "holds_thresholds",
+    "rank_bins",
+]
 
 #: The ceiling's curve (for figures) is summarised in at most this many entropy bins.
 CURVE_POINTS = 50
@@ -575,3 +582,57 @@ def _isotonic_ceiling(h: np.ndarray, a: np.ndarray, c: np.ndarray | None) -> tup
         if sse < best_sse:
             best, best_sse, best_blocks = pred, sse, blocks
     return best, best_blocks
+
+
+def check_law_record(data: dict, path) -> dict:
+    """``data``, a ``law.json`` read from ``path``, after checking that every
+    fit it records (``pooled``, ``tasks.<name>`` and the same under
+    ``scored``) agrees with itself: ``holds`` and each of ``conditions`` must
+    be what :meth:`~glance.core.law.DraftabilityLaw.holds` gives on the
+    recorded fields with the recorded ``thresholds``. A fit that failed
+    (``error``) is left as it is. Raises ``ValueError`` naming the file and
+    the field."""
+    for where, record in _fits(data):
+        _check_fit(record, f"{path}: {where}")
+    return data
+
+
+def _fits(data: dict):
+    """``(dotted key, fit record)`` for every fit in a ``law.json``."""
+    for prefix, part in (("", data), ("scored.", data.get("scored"))):
+        if not isinstance(part, dict):
+            continue
+        if "pooled" in part:
+            yield f"{prefix}pooled", part["pooled"]
+        for name, record in (part.get("tasks") or {}).items():
+            yield f"{prefix}tasks.{name}", record
+
+
+def _check_fit(record, where: str) -> None:
+    if not isinstance(record, dict):
+        raise ValueError(f"{where}: expected a fit (an object); got {type(record).__name__}")
+    if "error" in record:
+        return
+    thresholds = record.get("thresholds")
+    if not isinstance(thresholds, dict) or set(thresholds) != set(holds_thresholds()):
+        raise ValueError(
+            f"{where}.thresholds: expected {sorted(holds_thresholds())}; got {thresholds!r}"
+        )
+    try:
+        ok, conditions = DraftabilityLaw.from_dict(record).holds(**thresholds)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"{where}: not a fit of the law ({err})") from err
+    recorded = record.get("conditions")
+    if not isinstance(recorded, dict):
+        raise ValueError(f"{where}.conditions: expected {sorted(conditions)}; got {recorded!r}")
+    for name, value in conditions.items():
+        if recorded.get(name) is not value:
+            raise ValueError(
+                f"{where}.conditions.{name}: records {recorded.get(name)!r}, but the fit it "
+                f"records gives {value} (b1 {record.get('b1')!r})"
+            )
+    if record.get("holds") is not ok:
+        raise ValueError(
+            f"{where}.holds: records {record.get('holds')!r}, but the fit it records gives "
+            f"{ok} (conditions {conditions})"
+        )

@@ -116,11 +116,16 @@ def fill_data(cfg, tmp: Path, mapping, need: int) -> dict:
         }
         summary["lengths"] = check_lengths(cfg, tmp, cfg.tasks, shown=source)
     elif source == "toy":
+        from tqdm import tqdm
+
         from glance.toy.tasks import write_task
 
-        for task in toy_tasks(cfg):
-            write_task(task, cfg.prepare.n, tmp, cfg.prepare.seed)
-            summary["tasks"][task] = int(cfg.prepare.n)
+        names, n = toy_tasks(cfg), int(cfg.prepare.n)
+        with tqdm(total=len(names) * n, desc="prepare", unit="example") as bar:  # on stderr
+            for task in names:
+                write_task(task, n, tmp, cfg.prepare.seed)
+                summary["tasks"][task] = n
+                bar.update(n)
     else:
         from glance.data.tasks import copy_folder
 

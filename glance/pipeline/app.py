@@ -18,6 +18,7 @@ import hydra
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
+from glance._errors import reported, stop_on_sigterm
 from glance.core.numerics import NumericsError, pin, record
 from glance.pipeline.config import Config, Task, build, check_config
 from glance.pipeline.config import numerics as numerics_of
@@ -32,18 +33,25 @@ def app(fn):
     config is built into a :class:`~glance.pipeline.config.Config` and checked
     first (:func:`glance.pipeline.config.build`), so a bad value exits in
     milliseconds, before any model loads; then the CPU numerics are pinned
-    (:func:`pin_numerics`), and ``fn`` receives the built config."""
+    (:func:`pin_numerics`), and ``fn`` receives the built config.
+
+    A refusal (a project error, a bad value, a damaged or missing file) ends
+    the stage with status 2 and one line on stderr; a bug keeps its traceback
+    (:func:`glance._errors.reported`). A SIGTERM ends it with status 143 after
+    its temporary files are removed (:func:`glance._errors.stop_on_sigterm`)."""
 
     @functools.wraps(fn)
     def checked(composed: DictConfig):
-        cfg = build(composed)
-        pin_numerics(cfg)
-        return fn(cfg)
+        with reported():  # a refusal is one line and status 2, a bug its traceback
+            cfg = build(composed)
+            pin_numerics(cfg)
+            return fn(cfg)
 
     hydra_main = hydra.main(version_base=None, config_path=CONF_DIR, config_name="config")(checked)
 
     @functools.wraps(fn)
     def entry(*args, **kwargs):
+        stop_on_sigterm()  # so a killed stage removes its temporary files
         if _run_as_stage() and not args and not kwargs:
             _pin_before_launch()
         return hydra_main(*args, **kwargs)

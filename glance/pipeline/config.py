@@ -296,6 +296,7 @@ class Config:
     device: str = MISSING
     dtype: str = MISSING
     threads: int = MISSING
+    dist_timeout: int = MISSING
     numerics: Numerics = field(default_factory=Numerics)
     decode: Decode = field(default_factory=Decode)
     budget: Any = MISSING
@@ -494,6 +495,7 @@ def check_ranges(cfg: DictConfig) -> None:
     integer("decode.bootstrap", d.bootstrap, 1)
     integer("decode.extend_row", d.extend_row, 0, MAX_BUDGET)
     integer("threads", cfg.threads, 0, MAX_THREADS)
+    integer("dist_timeout", cfg.dist_timeout, 1, 24 * 3600)
     numerics(cfg)
     integer("prepare.n", cfg.prepare.n, 1, MAX_TOY_EXAMPLES)
     dataset = cfg.prepare.dataset

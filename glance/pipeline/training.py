@@ -8,6 +8,7 @@ prompts, so the trainer never imports the world.
 
 from __future__ import annotations
 
+import datetime
 import json
 import logging
 import os
@@ -29,9 +30,15 @@ __all__ = [
 ]
 
 
-def init_distributed(device: str) -> tuple[int, int, str]:
+#: seconds a rank waits in a collective for the others (``dist_timeout`` in conf/config.yaml)
+DIST_TIMEOUT = 600
+
+
+def init_distributed(device: str, timeout: float = DIST_TIMEOUT) -> tuple[int, int, str]:
     """Join the ``torchrun`` group when there is one: gloo on CPU, NCCL on GPU,
-    one GPU a rank. Returns ``(rank, size, device)``."""
+    one GPU a rank. A collective that waits ``timeout`` seconds for a rank
+    that never comes (stopped, hung) fails, rather than blocking for torch's
+    default 30 minutes. Returns ``(rank, size, device)``."""
     size = int(os.environ.get("WORLD_SIZE", "1"))
     if size <= 1:
         return 0, 1, device
@@ -42,7 +49,10 @@ def init_distributed(device: str) -> tuple[int, int, str]:
         device = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
         torch.cuda.set_device(device)
     if not dist.is_initialized():
-        dist.init_process_group("nccl" if device.startswith("cuda") else "gloo")
+        dist.init_process_group(
+            "nccl" if device.startswith("cuda") else "gloo",
+            timeout=datetime.timedelta(seconds=float(timeout)),
+        )
     return dist.get_rank(), size, device
 
 
@@ -101,7 +111,12 @@ def make_corpus(cfg, target, processor, target_dir) -> dict:
     answer = answerer(target, processor, cfg.corpus.max_new_tokens, stop)
     recipe = corpus_recipe(cfg, target_dir)
     return build_corpus(
-        cfg.paths.corpus, _parts(cfg), answer, recipe, shard_size=cfg.corpus.shard_size
+        cfg.paths.corpus,
+        _parts(cfg),
+        answer,
+        recipe,
+        shard_size=cfg.corpus.shard_size,
+        progress=True,
     )
 
 

@@ -148,15 +148,52 @@ def execute(path, root, timeout: int = CELL_TIMEOUT) -> dict[str, str]:
     return before
 
 
-def run_stage(name: str) -> None:
+def check_inputs(notebook, folders: dict[str, Path]) -> None:
+    """Every file the notebook at ``notebook`` reads (:func:`read_paths`),
+    looked for in ``folders`` (``"results"`` / ``"figures"`` -> folder); a
+    missing one raises ``FileNotFoundError`` naming the file and its
+    ``paths.*`` key."""
+    import nbformat
+
+    nb = nbformat.read(Path(notebook), as_version=4)
+    missing = []
+    for path in read_paths(nb):
+        key, rest = path.split("/", 1)
+        if not (folders[key] / rest).is_file():
+            missing.append(f"paths.{key} {folders[key]}: no {rest}")
+    if missing:
+        more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+        raise FileNotFoundError(
+            f"{missing[0]}{more}, which {notebook} reads; run the stage that writes it first"
+        )
+
+
+def run_stage(name: str, results=None, figures=None) -> None:
     """What a report stage does: execute the notebook ``name`` (relative to the
-    project root, the working directory) in place and log how long it took."""
+    project root, the working directory) in place and log how long it took.
+    The notebook reads ``results/`` and ``figures/`` under the root; other
+    ``results`` or ``figures`` folders are shown to it under those names (a
+    temporary root of links), so its inputs' recorded paths stay the same.
+    Every input must exist first (:func:`check_inputs`)."""
     import logging
     import time
 
     root = Path.cwd()
+    folders = {
+        "results": Path(results) if results is not None else root / "results",
+        "figures": Path(figures) if figures is not None else root / "figures",
+    }
+    check_inputs(root / name, folders)
     start = time.perf_counter()
-    digests = execute(root / name, root)
+    if all(folders[k].resolve() == (root / k).resolve() for k in folders):
+        digests = execute(root / name, root)
+    else:
+        with tempfile.TemporaryDirectory(prefix="glance-report-") as view:
+            view = Path(view)
+            (view / "dvc.yaml").symlink_to(root / "dvc.yaml")  # how the notebook finds its root
+            for key, folder in folders.items():
+                (view / key).symlink_to(folder.resolve(), target_is_directory=True)
+            digests = execute(root / name, view)
     seconds = time.perf_counter() - start
     logging.getLogger("glance").info(
         "%s executed in %.1f s from %d inputs", name, seconds, len(digests)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from glance.core.law import check_law_record
 from glance.pipeline.files import read_json
 
 
@@ -16,11 +17,15 @@ def _summaries(folder: Path, names, what: str) -> dict:
 def read_outputs(cfg) -> dict:
     """Every output the panels and tables read: each task's decode summary,
     the law, the context runs, the sweeps, the bench and the seed draws'
-    decode summaries; a missing one is named with the stage that makes it."""
+    decode summaries; a missing one is named with the stage that makes it, and
+    a law whose ``holds`` contradicts its own fit is refused
+    (:func:`glance.core.law.check_law_record`)."""
     results = Path(cfg.paths.results)
     return {
         "decode": _summaries(results / "decode", cfg.tasks, "run the decode stage"),
-        "law": read_json(results / "law.json", "run the fit_law stage first"),
+        "law": check_law_record(
+            read_json(results / "law.json", "run the fit_law stage first"), results / "law.json"
+        ),
         "context": {
             int(n): read_json(
                 results / "context" / f"ctx-{n}" / "summary.json", "run context", True

@@ -164,6 +164,7 @@ def build_corpus(
     *,
     shard_size: int = 128,
     batch_size: int = 32,
+    progress: bool = False,
 ) -> dict:
     """Write (or finish) the corpus of ``parts`` in ``out``; returns ``corpus.json``.
 
@@ -173,9 +174,11 @@ def build_corpus(
     decides the answers (the target's identity, the sampling, the length
     limit); it is recorded in every shard and compared on reuse.
     ``shard_size`` must be a multiple of ``batch_size`` so that a shard's
-    sampling seeds do not depend on where a run stopped.
+    sampling seeds do not depend on where a run stopped. With ``progress``, a
+    bar on stderr counts the answers made.
     """
     import datasets
+    from tqdm import tqdm
 
     from glance._io import atomic_write_text, mark
 
@@ -193,6 +196,8 @@ def build_corpus(
             log.info("corpus: removing %s, which this recipe does not make", stale)
             shutil.rmtree(stale)
     made = 0
+    total = sum(b - a for _, a, b, _ in plan)
+    bar = tqdm(total=total, desc="corpus", unit="answer", disable=not progress)
     for part, start, stop, name in plan:
         record = {
             "format": FORMAT,
@@ -207,6 +212,7 @@ def build_corpus(
         folder = out / name
         if folder.is_dir():
             if _made_by(folder) == record:
+                bar.update(stop - start)
                 continue
             log.info("corpus: %s was made by another recipe or target; making it again", folder)
             shutil.rmtree(folder)
@@ -215,6 +221,7 @@ def build_corpus(
         for b in range(start, stop, batch_size):
             batch = part.conversations[b : min(b + batch_size, stop)]
             sequences += answer(batch, part.temperature, part.seed + b)
+            bar.update(len(batch))
         table = datasets.Dataset.from_dict(
             {
                 "input_ids": [s.input_ids.tolist() for s in sequences],
@@ -227,9 +234,13 @@ def build_corpus(
         )
         tmp = folder.with_name(f".{folder.name}.tmp")
         shutil.rmtree(tmp, ignore_errors=True)
-        table.save_to_disk(str(tmp))
-        atomic_write_text(tmp / "made_by.json", json.dumps(record, sort_keys=True) + "\n")
-        tmp.replace(folder)
+        try:
+            table.save_to_disk(str(tmp))
+            atomic_write_text(tmp / "made_by.json", json.dumps(record, sort_keys=True) + "\n")
+            tmp.replace(folder)
+        except BaseException:  # a kill (SIGTERM raises SystemExit) leaves no hidden folder
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
         made += 1
         log.info("corpus: wrote %s (%d answers)", folder, len(sequences))
     index = {
@@ -239,6 +250,7 @@ def build_corpus(
         "rows": {p: sum(b - a for q, a, b, _ in plan if q.name == p) for p in PARTS},
     }
     atomic_write_text(out / "corpus.json", json.dumps(index, indent=1, sort_keys=True) + "\n")
+    bar.close()
     log.info("corpus: %d shards made, %d reused", made, len(plan) - made)
     return index
 

@@ -124,8 +124,9 @@ def my_share(count: int) -> range:
     return range(rank * count // size, (rank + 1) * count // size)
 
 
-class NonFiniteLoss(FloatingPointError):
-    """A training step's loss is NaN or infinite: every later step would train on it."""
+class NonFiniteLoss(FloatingPointError, ValueError):
+    """A training step's loss is NaN or infinite: every later step would train
+    on it. A ``ValueError`` too, so a stage reports it as one line."""
 
 
 def fit(
