@@ -136,21 +136,22 @@ def test_figures_refuse_a_garbage_law_json_in_one_line_under_multirun(tmp_path):
 
 def test_a_stage_missing_its_input_says_so_in_one_line(tmp_path):
     proc = _stage(
-        "stages.corpus", f"paths.target={tmp_path}", f"paths.corpus={tmp_path}/c", "threads=1"
+        "stages.corpus", f"paths.target={tmp_path}/t", f"paths.corpus={tmp_path}/c", "threads=1"
     )
-    _one_line(proc, f"{tmp_path / 'target.json'}: missing")
+    _one_line(proc, f"{tmp_path / 't' / 'target.json'}: missing")
 
 
 def test_glance_debug_gives_a_stage_its_traceback(tmp_path):
     proc = _stage(
         "stages.corpus",
-        f"paths.target={tmp_path}",
+        f"paths.target={tmp_path}/t",
         f"paths.corpus={tmp_path}/c",
         "threads=1",
         GLANCE_DEBUG="1",
     )
     assert proc.returncode == 2 and "Traceback" in proc.stderr
-    assert proc.stderr.strip().splitlines()[-1].startswith(f"{tmp_path / 'target.json'}: missing")
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"{tmp_path / 't' / 'target.json'}: missing")
 
 
 def test_the_cli_refuses_a_damaged_checkpoint_in_one_line(tmp_path, monkeypatch, capsys):
