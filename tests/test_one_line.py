@@ -286,3 +286,45 @@ def test_sigterm_during_prepare_leaves_no_temporary_folder(tmp_path):
     assert "Traceback" not in err
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
     assert not data.exists()
+
+
+RANK = """
+import sys, time
+import torch.distributed as dist
+from glance.pipeline.training import init_distributed
+init_distributed("cpu", timeout=3)
+if dist.get_rank() == 1:
+    time.sleep(60)  # a rank stopped (SIGSTOP) or hung: it never reaches the barrier
+    sys.exit(0)
+start = time.monotonic()
+try:
+    dist.barrier()
+except Exception as err:  # noqa: BLE001
+    print(f"waited {time.monotonic() - start:.1f} s: {type(err).__name__}", flush=True)
+    sys.exit(3)
+"""
+
+
+@pytest.mark.slow
+def test_a_rank_that_never_comes_fails_the_other_within_dist_timeout():
+    """The hang of the issue: a torchrun rank stopped, the other blocked for
+    torch's default 30 minutes. Two gloo ranks, ``dist_timeout`` 3 s."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = _env(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE="2")
+    ranks = [
+        subprocess.Popen([sys.executable, "-c", RANK], cwd=ROOT, env=dict(env, RANK=str(r)),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for r in (0, 1)
+    ]  # fmt: skip
+    try:
+        out, err = ranks[0].communicate(timeout=50)
+    finally:
+        for p in ranks:
+            p.kill()
+    assert ranks[0].returncode == 3, err[-2000:]
+    waited = float(out.split()[1])
+    assert 2.5 <= waited < 30, out

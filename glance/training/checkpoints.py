@@ -12,6 +12,7 @@ and the run starts afresh rather than being blocked.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -48,7 +49,8 @@ def _alive(pid: int) -> bool:
 
 @contextmanager
 def locked(folder) -> Iterator[Path]:
-    """Hold ``<folder>.lock`` (this process's pid and host) for the block.
+    """Hold ``<folder>.lock`` (this process's pid and host) for the block;
+    then remove the lock, and its parent if that is left empty.
 
     Raises :class:`CheckpointBusy`, naming the lock, when a live process on
     this host holds it, or a process on another host (which this one cannot
@@ -89,11 +91,14 @@ def locked(folder) -> Iterator[Path]:
                 lock.unlink()
         except (OSError, ValueError):
             pass
+        with contextlib.suppress(OSError):  # the stage's folder, once no run uses it
+            lock.parent.rmdir()
 
 
 def finish(folder) -> None:
     """Remove the finished run's checkpoint ``folder``, if it is one GLANCE
-    wrote as a checkpoint; anything else is left where it is, with a warning."""
+    wrote as a checkpoint (anything else is left where it is, with a warning),
+    then its parent if that is left empty."""
     from glance._io import MARKER
 
     folder = Path(folder)
@@ -107,6 +112,8 @@ def finish(folder) -> None:
         log.warning("%s: not a checkpoint GLANCE wrote; leaving it in place", folder)
         return
     shutil.rmtree(folder)
+    with contextlib.suppress(OSError):  # the stage's folder, once no run has one there
+        folder.parent.rmdir()
 
 
 def set_aside(folder, why: str) -> Path:
