@@ -15,8 +15,8 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -224,13 +224,8 @@ def test_finish_removes_only_a_checkpoint(tmp_path):
     assert not (tmp_path / "head").exists()  # an emptied stage folder goes too
 
 
-@dataclass
-class _Run:
-    steps: int = 4
-    lr: float = 0.05
-    warmup: int = 0
-    weight_decay: float = 0.0
-    seed: int = 0
+#: the run ``fit`` trains: four steps, a checkpoint after the second
+RUN = SimpleNamespace(steps=4, lr=0.05, warmup=0, weight_decay=0.0, seed=0)
 
 
 def _fit(folder: Path):
@@ -245,7 +240,7 @@ def _fit(folder: Path):
         return head(x[rows]).pow(2).mean()
 
     files = RunFiles(checkpoint=folder, save_every=2, key="k")
-    log = fit(head, _Run(), batch_loss, lambda r: head(x).pow(2).mean(), [], desc="t",
+    log = fit(head, RUN, batch_loss, lambda r: head(x).pow(2).mean(), [], desc="t",
               eval_every=100, progress=False, feature_seconds=0.0, files=files)  # fmt: skip
     return [p.detach().clone() for p in head.parameters()], log
 
