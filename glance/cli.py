@@ -183,16 +183,50 @@ def _check_prompt(parser, args, max_new_tokens: int):
         raise SystemExit(f"glance decode: {err}") from None
     if processor is None:
         raise SystemExit(f"glance decode: target {args.target}: no tokenizer or processor files")
-    ids, positions = _prompt_inputs(processor, args)
     limit = config.get_text_config().max_position_embeddings
-    if ids.shape[1] + max_new_tokens > limit:
+
+    def refuse(tokens: str) -> None:
         what = "prompt and image" if args.image is not None else "prompt"
         parser.error(
-            f"prompt: the {what} make {ids.shape[1]} tokens, and with max_new_tokens "
+            f"prompt: the {what} make {tokens} tokens, and with max_new_tokens "
             f"{max_new_tokens} that is over the target's max_position_embeddings {limit}; "
             "give a smaller image, a shorter prompt or fewer new tokens"
         )
+
+    if args.image is not None:  # from the image's header: a huge image is never decoded
+        least = _least_prompt_tokens(processor, args)
+        if least is not None and least + max_new_tokens > limit:
+            refuse(f"at least {least}")
+    ids, positions = _prompt_inputs(processor, args)
+    if ids.shape[1] + max_new_tokens > limit:
+        refuse(str(ids.shape[1]))
     return ids, positions
+
+
+def _least_prompt_tokens(processor, args) -> int | None:
+    """A lower bound on the prompt's tokens with its image, from the text alone
+    and the image's size in its header (the image processor's own patch count,
+    as vLLM reads it); ``None`` for a processor that cannot say."""
+    from PIL import Image
+
+    from glance.targets.vl import chat_inputs
+
+    image_processor = getattr(processor, "image_processor", None)
+    if not hasattr(image_processor, "get_number_of_image_patches"):
+        return None
+    with Image.open(args.image) as img:
+        width, height = img.size
+    if getattr(image_processor, "do_resize", True):
+        patches = image_processor.get_number_of_image_patches(height, width, {})
+    else:
+        side = int(image_processor.patch_size)
+        patches = (height // side) * (width // side)
+    merge = int(getattr(image_processor, "merge_size", 1) or 1)
+    try:
+        text = chat_inputs(processor, args.prompt)[0].shape[1]
+    except ValueError as err:
+        raise SystemExit(f"glance decode: prompt: {err}") from None
+    return text + patches // merge**2
 
 
 def _prompt_inputs(processor, args):
