@@ -1,0 +1,63 @@
+"""The fourth world's writer (glance.toy.writer): rows, draws and their entropy."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from glance.toy.tasks import ALPHABET, SUCCESSORS
+from glance.toy.writer import free_letters, row_entropy, successor_rows
+
+
+def test_rows_are_distributions_over_the_allowed_letters_and_reproducible():
+    rows = successor_rows(0.3, k=8, seed=2)
+    assert rows.probs.shape == (len(ALPHABET), len(ALPHABET), 8)
+    assert np.allclose(rows.probs.sum(-1), 1.0) and (rows.probs > 0).all()
+    assert np.array_equal(rows.ids, SUCCESSORS[:, :, :8])
+    again = successor_rows(0.3, k=8, seed=2)
+    assert np.array_equal(rows.probs, again.probs)
+    assert not np.array_equal(rows.probs, successor_rows(0.3, k=8, seed=3).probs)
+
+
+@pytest.mark.parametrize(("alpha", "k"), [(0.0, 8), (-1.0, 8), (float("nan"), 8), (0.3, 1)])
+def test_bad_knobs_are_named(alpha, k):
+    with pytest.raises(ValueError, match=r"^(alpha|k): expected"):
+        successor_rows(alpha, k=k)
+
+
+def test_entropy_varies_continuously_within_a_task_and_grades_with_alpha():
+    """The issue's aim: within a task, the interquartile range of the
+    entropy over positions above 0.05 nats is at least 0.15 nats; and a
+    larger alpha means a higher mean entropy."""
+    means = []
+    for alpha in (0.1, 0.3, 1.0):
+        h = row_entropy(successor_rows(alpha, k=8).probs).ravel()
+        above = h[h > 0.05]
+        q25, q75 = np.percentile(above, [25, 75])
+        assert q75 - q25 >= 0.15, (alpha, q25, q75)
+        means.append(h.mean())
+    assert means[0] < means[1] < means[2] < np.log(8)
+
+
+def test_letters_follow_their_rows():
+    rows = successor_rows(0.5, k=4, seed=1)
+    rng = np.random.default_rng(0)
+    counts: dict[str, int] = {}
+    for _ in range(4000):
+        letter, dists = free_letters("ab", 1, rows, rng)
+        counts[letter] = counts.get(letter, 0) + 1
+    letters, probs = dists[0]
+    observed = np.array([counts.get(c, 0) for c in letters]) / 4000
+    assert sum(counts.values()) == sum(counts.get(c, 0) for c in letters)  # only allowed ones
+    assert np.abs(observed - probs).max() < 0.03
+
+
+def test_each_letter_reports_the_row_of_its_own_context():
+    rows = successor_rows(0.2, k=8)
+    text, dists = free_letters("q ", 5, rows, np.random.default_rng(4))
+    assert len(text) == 5 and len(dists) == 5
+    context = "q " + text
+    for i, (letters, probs) in enumerate(dists):
+        a, b = ALPHABET.index(context[i]), ALPHABET.index(context[i + 1])
+        assert np.array_equal(probs, rows.probs[a, b])
+        assert context[i + 2] in letters
