@@ -144,48 +144,28 @@ def test_a_prompt_over_the_target_s_positions_exits_2_before_any_weight_loads(
     tmp_path, capsys, monkeypatch
 ):
     # A 1024x768 page is over 12,000 tokens to the toy's processor, over its
-    # 2048 positions: named from the processor and config alone, no weights read.
-    from PIL import Image
+    # 2048 positions: named from the processor and config alone, no weights read,
+    # and from the image's header, undecoded (issue 42: an 88-megapixel image
+    # cost 16 s and 6.3 GB of decoding before this refusal).
+    from PIL import Image, ImageFile
 
     import glance.targets.vl as vl
 
     def refuse(*a, **k):
-        raise AssertionError("the target's weights were loaded")
+        raise AssertionError("the target's weights were loaded, or the image decoded")
 
     monkeypatch.setattr(vl, "load_target", refuse)
+    monkeypatch.setattr(ImageFile.ImageFile, "load", refuse)
     big = tmp_path / "big.png"
     Image.new("RGB", (1024, 768), "white").save(big)
-    with pytest.raises(SystemExit) as exit_:
-        main(["decode", "--target", str(TOY), "--head", str(TOY), "--prompt", "x",
-              "--image", str(big)])  # fmt: skip
-    assert exit_.value.code == 2
-    err = capsys.readouterr().err
-    made = re.search(r"the prompt and image make (?:at least )?(\d+) tokens", err)
-    assert made and int(made.group(1)) > 12000, err
-    assert "max_new_tokens 256" in err and "max_position_embeddings 2048" in err
-
-
-def test_an_image_too_large_for_the_positions_is_refused_from_its_header(
-    tmp_path, monkeypatch, capsys
-):
-    """Issue 42: an 88-megapixel image cost 16 s and 6.3 GB of decoding before
-    the prompt-length refusal; the header's size is enough to refuse it."""
-    from PIL import Image, ImageFile
-
-    big = tmp_path / "big.png"
-    Image.new("RGB", (1024, 768), "white").save(big)
-
-    def decoded(*a, **k):
-        raise AssertionError("the image was decoded")
-
-    monkeypatch.setattr(ImageFile.ImageFile, "load", decoded)
     with pytest.raises(SystemExit) as exit_:
         main(["decode", "--target", str(TOY), "--head", str(TOY), "--prompt", "x",
               "--image", str(big)])  # fmt: skip
     assert exit_.value.code == 2
     err = capsys.readouterr().err
     least = re.search(r"the prompt and image make at least (\d+) tokens", err)
-    assert least and 12000 < int(least.group(1)) <= 12311, err
+    assert least and 12000 < int(least.group(1)) <= 12311, err  # 12,311 decoded
+    assert "max_new_tokens 256" in err and "max_position_embeddings 2048" in err
 
 
 def test_an_unreadable_image_is_named(tmp_path, capsys):

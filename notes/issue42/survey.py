@@ -47,145 +47,48 @@ shutil.copytree(ROOT / "data" / "tasks", data_copy)
 Image.new("RGB", (1024, 768), "white").save(T / "big.png")
 (T / "bad.png").write_bytes(b"\x89PNG\r\n\x1a\n" + b"junk" * 10)
 
-S = [sys.executable, "-m"]
+H, TOY, HEAD = f"paths.head={T / 'h'}", ROOT / "models/toy-target", ROOT / "models/head"
+CLI = ["glance.cli", "decode", "--target", str(TOY), "--head", str(HEAD), "--prompt", "hi"]
+# (name, module and arguments, a folder that must not change)
 cases = [
-    ("corpus over a user's folder", [*S, "stages.corpus", f"paths.corpus={mine}", res], mine),
-    (
-        "decode out_dir=task data",
-        [
-            *S,
-            "stages.decode",
-            "+task=docvqa",
-            f"paths.data={data_copy}",
-            f"out_dir={data_copy}",
-            res,
-        ],
-        data_copy,
-    ),
-    (
-        "scorer over the head",
-        [*S, "stages.scorer", f"paths.scorer={ROOT / 'models/head'}", res],
-        ROOT / "models/head",
-    ),
-    (
-        "head block_size=65",
-        [
-            *S,
-            "stages.head",
-            "head.train.block_size=65",
-            f"paths.head={T / 'h'}",
-            f"paths.checkpoints={T / 'c'}",
-            res,
-        ],
-        None,
-    ),
-    (
-        "head lr=1e30",
-        [
-            *S,
-            "stages.head",
-            "head.train.lr=1e30",
-            f"paths.head={T / 'h'}",
-            f"paths.checkpoints={T / 'c'}",
-            res,
-        ],
-        None,
-    ),
-    (
-        "corpus.context=100000",
-        [*S, "stages.corpus", "corpus.context=100000", f"paths.corpus={T / 'c2'}", res],
-        None,
-    ),
-    ("dtype=banana", [*S, "stages.head", "dtype=banana", f"paths.head={T / 'h'}", res], None),
-    ("dtype=int64", [*S, "stages.head", "dtype=int64", f"paths.head={T / 'h'}", res], None),
-    (
-        "dtype=float8_e4m3fn",
-        [*S, "stages.head", "dtype=float8_e4m3fn", f"paths.head={T / 'h'}", res],
-        None,
-    ),
-    (
-        "scorer.top_k=100000",
-        [*S, "stages.scorer", "scorer.top_k=100000", f"paths.scorer={T / 's'}", res],
-        None,
-    ),
-    (
-        "head=checkpoint, no path",
-        [*S, "stages.head", "head=checkpoint", f"paths.head={T / 'h'}", res],
-        None,
-    ),
-    (
-        "figures, garbage law.json",
-        [*S, "stages.figures", f"paths.results={bad_law}", f"paths.figures={T / 'f'}"],
-        None,
-    ),
-    (
-        "figures, b1=-7 holds",
-        [*S, "stages.figures", f"paths.results={neg_law}", f"paths.figures={T / 'f'}"],
-        None,
-    ),
-    ("sweep.budgets=[]", [*S, "stages.sweep", "+task=docvqa", "sweep.budgets=[]", res], None),
-    (
-        "sweep.budgets=[15,15]",
-        [*S, "stages.sweep", "+task=docvqa", "sweep.budgets=[15,15]", res],
-        None,
-    ),
-    (
-        "numerics.mkl_cbwr=BOGUS",
-        [*S, "stages.head", "numerics.mkl_cbwr=BOGUS", f"paths.head={T / 'h'}", res],
-        None,
-    ),
-    (
-        "report, empty results",
-        [*S, "stages.report", f"paths.results={T / 'empty'}", f"paths.figures={T / 'empty'}"],
-        None,
-    ),
-    (
-        "prepare.n=1000000",
-        [*S, "stages.prepare", "prepare.n=1000000", f"paths.data={T / 'd2'}"],
-        None,
-    ),
-    (
-        "glance decode 1024x768",
-        [
-            *S,
-            "glance.cli",
-            "decode",
-            "--target",
-            str(ROOT / "models/toy-target"),
-            "--head",
-            str(ROOT / "models/head"),
-            "--prompt",
-            "hi",
-            "--image",
-            str(T / "big.png"),
-        ],
-        None,
-    ),
-    (
-        "glance decode bad image",
-        [
-            *S,
-            "glance.cli",
-            "decode",
-            "--target",
-            str(ROOT / "models/toy-target"),
-            "--head",
-            str(ROOT / "models/head"),
-            "--prompt",
-            "hi",
-            "--image",
-            str(T / "bad.png"),
-        ],
-        None,
-    ),
-    ("dist_timeout=0", [*S, "stages.head", "dist_timeout=0", f"paths.head={T / 'h'}", res], None),
-]
+    ("corpus over a user's folder", ["stages.corpus", f"paths.corpus={mine}", res], mine),
+    ("decode out_dir=task data", ["stages.decode", "+task=docvqa", f"paths.data={data_copy}",
+                                  f"out_dir={data_copy}", res], data_copy),
+    ("scorer over the head", ["stages.scorer", f"paths.scorer={HEAD}", res], HEAD),
+    ("head block_size=65", ["stages.head", "head.train.block_size=65", H,
+                            f"paths.checkpoints={T / 'c'}", res], None),
+    ("head lr=1e30", ["stages.head", "head.train.lr=1e30", H, f"paths.checkpoints={T / 'c'}",
+                      res], None),
+    ("corpus.context=100000", ["stages.corpus", "corpus.context=100000",
+                               f"paths.corpus={T / 'c2'}", res], None),
+    ("dtype=banana", ["stages.head", "dtype=banana", H, res], None),
+    ("dtype=int64", ["stages.head", "dtype=int64", H, res], None),
+    ("dtype=float8_e4m3fn", ["stages.head", "dtype=float8_e4m3fn", H, res], None),
+    ("scorer.top_k=100000", ["stages.scorer", "scorer.top_k=100000",
+                             f"paths.scorer={T / 's'}", res], None),
+    ("head=checkpoint, no path", ["stages.head", "head=checkpoint", H, res], None),
+    ("figures, garbage law.json", ["stages.figures", f"paths.results={bad_law}",
+                                   f"paths.figures={T / 'f'}"], None),
+    ("figures, b1=-7 holds", ["stages.figures", f"paths.results={neg_law}",
+                              f"paths.figures={T / 'f'}"], None),
+    ("sweep.budgets=[]", ["stages.sweep", "+task=docvqa", "sweep.budgets=[]", res], None),
+    ("sweep.budgets=[15,15]", ["stages.sweep", "+task=docvqa", "sweep.budgets=[15,15]", res],
+     None),
+    ("numerics.mkl_cbwr=BOGUS", ["stages.head", "numerics.mkl_cbwr=BOGUS", H, res], None),
+    ("report, empty results", ["stages.report", f"paths.results={T / 'empty'}",
+                               f"paths.figures={T / 'empty'}"], None),
+    ("prepare.n=1000000", ["stages.prepare", "prepare.n=1000000", f"paths.data={T / 'd2'}"],
+     None),
+    ("glance decode 1024x768", [*CLI, "--image", str(T / "big.png")], None),
+    ("glance decode bad image", [*CLI, "--image", str(T / "bad.png")], None),
+    ("dist_timeout=0", ["stages.head", "dist_timeout=0", H, res], None),
+]  # fmt: skip
 rows = []
 for name, cmd, guard in cases:
     before = snap(guard) if guard else None
     t = time.perf_counter()
     p = subprocess.run(
-        cmd + (["threads=1"] if "glance.cli" not in cmd else []),
+        [sys.executable, "-m", *cmd] + (["threads=1"] if "glance.cli" not in cmd else []),
         cwd=ROOT,
         env=env,
         capture_output=True,
