@@ -61,3 +61,33 @@ def test_each_letter_reports_the_row_of_its_own_context():
         a, b = ALPHABET.index(context[i]), ALPHABET.index(context[i + 1])
         assert np.array_equal(probs, rows.probs[a, b])
         assert context[i + 2] in letters
+
+
+def test_sharpening_keeps_each_rows_favourite_and_orders_entropy():
+    from glance.toy.writer import sharpen
+
+    base = successor_rows(0.3, k=8, seed=0)
+    flat, sharp = sharpen(base, 0.5), sharpen(base, 2.0)
+    assert np.array_equal(flat.probs.argmax(-1), sharp.probs.argmax(-1))
+    assert np.array_equal(base.probs.argmax(-1), sharp.probs.argmax(-1))
+    h = [row_entropy(r.probs).mean() for r in (flat, base, sharp)]
+    assert h[0] > h[1] > h[2]
+    assert np.allclose(sharp.probs.sum(-1), 1.0)
+    with pytest.raises(ValueError, match=r"^beta: expected"):
+        sharpen(base, 0.0)
+
+
+def test_marked_writing_reports_each_free_letter_and_its_row():
+    from glance.toy.tasks import LETTERS
+    from glance.toy.writer import Voice, respace, write_marked
+
+    parts = respace(["kiwi", " ", None, ", ", "cloud", " ", None, " ", None, "."], 3)
+    assert parts == ["kiwi", *[" ", None] * 3, ", ", "cloud", *[" ", None] * 3, "."]
+    rows = successor_rows(0.3, k=8, seed=0)
+    text, marks = write_marked(parts, Voice(3, 2, 1.0), rows, np.random.default_rng(4))
+    assert len(marks) == 2 * 3 * 2
+    assert text.startswith("kiwi ") and text.endswith(".") and "cloud" in text
+    for index, ids, probs in marks:
+        a, b = ALPHABET.index(text[index - 2]), ALPHABET.index(text[index - 1])
+        assert np.array_equal(ids, rows.ids[a, b]) and np.array_equal(probs, rows.probs[a, b])
+        assert LETTERS.index(text[index]) in ids

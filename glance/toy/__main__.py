@@ -4,6 +4,7 @@
     python -m glance.toy target   --out models/toy-target --steps 600
     python -m glance.toy head     --target models/toy-target --out models/toy-head
     python -m glance.toy evaluate --target models/toy-target --head models/toy-head --data data/toy
+    python -m glance.toy calibrate --knobs '{"voices": {"chartqa": [2, 3, 2.5]}}'
 
 Each command is seeded, shows progress, writes atomically and prints a JSON
 summary (also written next to its output).
@@ -95,6 +96,12 @@ def cmd_evaluate(args) -> dict:
     return summary
 
 
+def cmd_calibrate(args) -> dict:
+    from glance.toy.calibrate import main as calibrate
+
+    return calibrate(args.knobs, args.out, args.sizes)
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m glance.toy",
@@ -131,10 +138,20 @@ def main(argv=None) -> None:
     p.add_argument("--data", type=Path, required=True)
     p.add_argument("--n", type=int, default=20)
     p.add_argument("--out", type=Path)
+    p = sub.add_parser("calibrate", help="predict each task's tau for a setting of the knobs")
+    p.add_argument(
+        "--knobs", help="JSON: alpha, k, row_seed, voices {task: [words, letters, beta]}"
+    )
+    p.add_argument("--sizes", help="JSON: the short run's sizes (glance.toy.calibrate.Short)")
+    p.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
-    result = {"tasks": cmd_tasks, "target": cmd_target, "head": cmd_head, "evaluate": cmd_evaluate}[
-        args.cmd
-    ](args)
+    result = {
+        "tasks": cmd_tasks,
+        "target": cmd_target,
+        "head": cmd_head,
+        "evaluate": cmd_evaluate,
+        "calibrate": cmd_calibrate,
+    }[args.cmd](args)
     print(json.dumps(result, indent=2))
 
 

@@ -24,7 +24,16 @@ import numpy as np
 
 from glance.toy.tasks import ALPHABET, LETTERS, SUCCESSORS
 
-__all__ = ["Rows", "free_letters", "row_entropy", "successor_rows"]
+__all__ = [
+    "Rows",
+    "Voice",
+    "free_letters",
+    "respace",
+    "row_entropy",
+    "sharpen",
+    "successor_rows",
+    "write_marked",
+]
 
 
 @dataclass(frozen=True)
@@ -78,3 +87,70 @@ def free_letters(before: str, count: int, rows: Rows, rng: np.random.Generator):
         dists.append(([LETTERS[i] for i in ids], probs.copy()))
         text += LETTERS[int(ids[pick])]
     return text[2:], dists
+
+
+def sharpen(rows: Rows, beta: float) -> Rows:
+    """``rows`` raised to the power ``beta`` and renormalised: the same letters
+    in the same order, sharper for ``beta > 1`` (lower entropy, wider margins)
+    and flatter below 1. One base table sharpened per task keeps every task's
+    favourite letter the same, so a target learns one table and a task's
+    temperature, not five tables. Raises ``ValueError`` for ``beta <= 0``."""
+    if not beta > 0 or not np.isfinite(beta):
+        raise ValueError(f"beta: expected a finite number > 0; got {beta!r}")
+    logp = beta * np.log(rows.probs)
+    probs = np.exp(logp - logp.max(-1, keepdims=True))
+    return Rows(rows.ids, probs / probs.sum(-1, keepdims=True), rows.alpha)
+
+
+@dataclass(frozen=True)
+class Voice:
+    """How a task writes its free text: ``words`` free words of ``letters``
+    letters after each grounded part, each letter drawn from the base rows
+    sharpened by ``beta`` (:func:`sharpen`)."""
+
+    words: int
+    letters: int
+    beta: float
+
+
+def respace(parts, words: int) -> list:
+    """An answer skeleton with every run of free words (``" ", None`` pairs, as
+    :mod:`glance.toy.tasks` weaves them) replaced by ``words`` such pairs."""
+    out, i = [], 0
+    parts = list(parts)
+    while i < len(parts):
+        if i + 1 < len(parts) and parts[i] == " " and parts[i + 1] is None:
+            while i + 1 < len(parts) and parts[i] == " " and parts[i + 1] is None:
+                i += 2
+            out += [" ", None] * words
+            continue
+        out.append(parts[i])
+        i += 1
+    return out
+
+
+def write_marked(parts, voice: Voice, rows, rng: np.random.Generator):
+    """The answer text of a skeleton, its free words drawn from ``rows``: a
+    :class:`Rows`, or a function of the grounded part before a run of free
+    words that returns the run's :class:`Rows`. Returns ``(text, marks)``:
+    ``marks`` lists, for each free letter, its index in ``text``, the letters
+    it could have been (indices into :data:`~glance.toy.tasks.LETTERS`) and
+    their probabilities."""
+    text, marks, grounded, run = "", [], "", rows
+    for part in parts:
+        if part is not None:
+            text += part
+            if part.strip():
+                grounded, run = part, None
+            continue
+        if run is None:
+            run = rows(grounded) if callable(rows) else rows
+        context = text[-2:].rjust(2)
+        for _ in range(voice.letters):
+            a, b = ALPHABET.index(context[-2]), ALPHABET.index(context[-1])
+            ids, probs = run.ids[a, b], run.probs[a, b]
+            marks.append((len(text), ids, probs))
+            letter = LETTERS[int(ids[int(rng.choice(len(ids), p=probs))])]
+            text += letter
+            context += letter
+    return text, marks

@@ -1,0 +1,185 @@
+"""Predict where a setting of the world's knobs puts each task, in minutes.
+
+``python -m glance.toy calibrate`` trains a short soft-labelled target
+(:mod:`glance.toy.soft`), answers a small corpus with it, trains a short
+DFlash head on that corpus, and decodes a few prompts a task with the chain
+and GLANCE at budget 63, checking both against greedy decoding. It prints each
+task's chain and GLANCE tau, the spread of the rounds' root entropy, and the
+minutes each part took. Not used by any stage (issue 43); its tries are
+recorded in ``docs/world.md``.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from glance.toy.config import TrainConfig
+from glance.toy.soft import Knobs, train_soft_target
+
+__all__ = ["Short", "calibrate"]
+
+
+@dataclass(frozen=True)
+class Short:
+    """The short run's sizes: target steps (from ``init`` when given), corpus
+    prompts (greedy and sampled), head steps, and prompts decoded a task."""
+
+    target: TrainConfig = field(
+        default_factory=lambda: TrainConfig(
+            steps=300, batch=16, lr=2e-3, warmup=30, long_every=4, context=1536, eval_every=0
+        )
+    )
+    init: str | None = "models/toy-target"
+    greedy: int = 160
+    sampled: int = 160
+    heldout: int = 16
+    head_steps: int = 2000
+    n: int = 20
+    budget: int = 63
+    context: int = 1536
+    seed: int = 0
+
+
+def _root_spread(entropies) -> dict:
+    h = np.asarray(entropies, dtype=np.float64)
+    above = h[h > 0.05]
+    q25, q75 = np.percentile(above, [25, 75]) if len(above) else (0.0, 0.0)
+    return {"root_entropy": float(h.mean()), "root_iqr": float(q75 - q25)}
+
+
+def _law(rounds) -> dict:
+    """The law fitted to tree rounds ``(entropy, accepted, cap, censored)``
+    as :mod:`glance.toy.__main__`'s ``evaluate`` fits it."""
+    from glance.core.law import DraftabilityLaw
+
+    entropy, accepted, cap, censored = np.array(rounds, dtype=np.float64).T
+    accepted = np.minimum(accepted, cap)
+    law = DraftabilityLaw.fit(
+        entropy, accepted.astype(int), cap=cap.astype(int), censored=censored.astype(bool)
+    )
+    return {
+        "b0": round(law.b0, 3),
+        "b1": round(law.b1, 3),
+        "holds": bool(law.holds()[0]),
+        "r2_decile": round(law.r2_decile, 3),
+    }
+
+
+def calibrate(knobs: Knobs | None = None, short: Short | None = None, progress=True) -> dict:
+    """One calibration try: returns the knobs, per task ``chain_tau``,
+    ``glance_tau``, their ratio, ``lossless`` and the root-entropy spread,
+    the target's entropy agreement, and the seconds of each part."""
+    from glance.toy.config import HeadTrain
+    from glance.toy.evaluate import evaluate_decoding
+    from glance.toy.tasks import TASKS, write_task
+    from glance.toy.world import toy_corpus
+    from glance.training.block import HeadConfig, train_head
+
+    knobs, short = knobs or Knobs(), short or Short()
+    seconds, clock = {}, time.perf_counter()
+    target, processor, tlog = train_soft_target(
+        short.target, knobs=knobs, progress=progress, init=short.init
+    )
+    seconds["target"] = time.perf_counter() - clock
+
+    clock = time.perf_counter()
+    train = HeadTrain(
+        block_size=16,
+        layers=1,
+        steps=short.head_steps,
+        mask_span="variable",
+        lr=2e-3,
+        greedy=short.greedy,
+        sampled=short.sampled,
+        long_share=0.05,
+        context=short.context,
+        heldout=short.heldout,
+        max_new_tokens=704,
+        seed=short.seed,
+    )
+    sequences, probe, _ = toy_corpus(target, processor, **train.corpus())
+    seconds["corpus"] = time.perf_counter() - clock
+
+    clock = time.perf_counter()
+    mask = processor.tokenizer.convert_tokens_to_ids("<|mask|>")
+    with tempfile.TemporaryDirectory() as work:
+        head, hlog = train_head(
+            *(target, sequences, mask, HeadConfig.from_run(train)),
+            heldout=probe,
+            progress=progress,
+            features="offline",
+            work_dir=work,
+        )
+    seconds["head"] = time.perf_counter() - clock
+
+    clock = time.perf_counter()
+    with tempfile.TemporaryDirectory() as data:
+        for task in TASKS:
+            write_task(task, short.n, data, seed=1000 + short.seed)
+        decoding = evaluate_decoding(target, processor, head, data, n=short.n, budget=short.budget)
+    seconds["decode"] = time.perf_counter() - clock
+    tasks, pooled = {}, []
+    for task, d in decoding.items():
+        rounds = d.pop("rounds")
+        pooled += rounds
+        tasks[task] = {
+            "chain_tau": round(d["chain_tau"], 3),
+            "glance_tau": round(d["tree_tau"], 3),
+            "glance_over_chain": round(d["tree_over_chain"], 3),
+            "lossless": d["lossless"],
+        } | {k: round(v, 3) for k, v in _root_spread([r[0] for r in rounds]).items()}
+        tasks[task]["law"] = _law(rounds)
+        tasks[task]["rounds"] = [
+            [round(float(h), 4), int(a), int(c), bool(s)] for h, a, c, s in rounds
+        ]
+    curve = hlog.get("heldout_curve") or []
+    return {
+        "knobs": asdict(knobs),
+        "tasks": tasks,
+        "law": _law(pooled),
+        "entropy_r": round(tlog["agreement"]["r"], 4),
+        "head_heldout": curve[-3:],
+        "seconds": {k: round(v, 1) for k, v in seconds.items()},
+        "minutes": round(sum(seconds.values()) / 60, 2),
+    }
+
+
+def main(
+    knobs_json: str | None, out: Path | None, sizes_json: str | None = None, progress=True
+) -> dict:
+    """The command's body: knobs from a JSON object (``Knobs``' fields, voices
+    as ``{"task": [words, letters, beta]}``), sizes from another (``Short``'s
+    fields, ``target_steps`` for the target's), the result printed and written."""
+    from dataclasses import replace
+
+    from glance.toy.writer import Voice
+
+    given = json.loads(knobs_json) if knobs_json else {}
+    if "voices" in given:
+        base = Knobs().voices
+        given["voices"] = base | {t: Voice(*v) for t, v in given["voices"].items()}
+    sizes = json.loads(sizes_json) if sizes_json else {}
+    short = Short()
+    if "target_steps" in sizes:
+        short = replace(short, target=replace(short.target, steps=sizes.pop("target_steps")))
+    short = replace(short, **sizes)
+    torch.set_num_threads(2)
+    result = calibrate(Knobs(**given), short, progress=progress)
+    result["sizes"] = asdict(short)
+    if out:
+        from glance._io import atomic_write_text
+
+        rounds = {t: v.pop("rounds") for t, v in result["tasks"].items()}
+        atomic_write_text(out, json.dumps(result, indent=2) + "\n")
+        atomic_write_text(Path(out).with_suffix(".rounds.json"), json.dumps(rounds) + "\n")
+    else:
+        for v in result["tasks"].values():
+            v.pop("rounds")
+    return result

@@ -1,0 +1,89 @@
+"""Soft-labelled target training (glance.toy.soft): where the labels go, and
+that the loss is the writer's cross-entropy."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+
+from glance.toy.soft import Knobs, SoftWorld, soft_batch, soft_loss  # noqa: E402
+from glance.toy.tasks import LETTERS  # noqa: E402
+from glance.toy.writer import Voice  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def encoder():
+    from glance.toy.processor import build_processor
+    from glance.toy.world import Encoder
+
+    return Encoder(build_processor().tokenizer)
+
+
+def test_voices_set_the_free_words_and_redraws_keep_the_page():
+    knobs = Knobs(voices=Knobs().voices | {"chartqa": Voice(2, 4, 1.0)})
+    world = SoftWorld(knobs)
+    ex, marks = world.draw("chartqa", np.random.default_rng(0))
+    assert len(marks) == 10 * 2 * 4  # ten pairs of values, two free words of four letters
+    again, marks2 = world.redraw(ex, np.random.default_rng(1))
+    assert again != ex.answer and len(marks2) == len(marks)
+    assert [m[0] for m in marks2] == [m[0] for m in marks]  # same skeleton, same places
+
+
+def test_soft_labels_sit_on_the_free_letters_and_one_hot_elsewhere(encoder):
+    from glance.toy.world import glyph_table
+
+    world = SoftWorld()
+    rng = np.random.default_rng(3)
+    items = []
+    for task in ("caption", "docvqa"):
+        ex, marks = world.draw(task, rng)
+        items.append((ex, ex.answer, marks))
+    batch = soft_batch(encoder, items, glyph_table())
+    soft, mask = batch["soft"], batch["loss_mask"]
+    assert torch.allclose(soft[mask].sum(-1), torch.ones(int(mask.sum())))
+    assert float(soft[~mask].abs().sum()) == 0.0
+    letter_ids = encoder.tokenizer.convert_tokens_to_ids(list(LETTERS))
+    for b, (_, _, marks) in enumerate(items):
+        start = int(mask[b].nonzero()[0])
+        free = {start + i for i, _, _ in marks}
+        for index, ids, probs in marks:
+            row = soft[b, start + index]
+            want = torch.zeros_like(row)
+            want[[letter_ids[i] for i in ids]] = torch.as_tensor(probs, dtype=torch.float32)
+            assert torch.allclose(row, want)
+            # the drawn letter is the input one step on, and the row allows it
+            assert int(batch["input_ids"][b, start + index + 1]) in {letter_ids[i] for i in ids}
+        for t in mask[b].nonzero()[:, 0].tolist():
+            if t not in free:
+                assert soft[b, t, batch["input_ids"][b, t + 1]] == 1.0
+
+
+def test_the_loss_is_least_when_the_model_matches_the_labels(encoder):
+    """A model whose output is the soft labels themselves scores their mean
+    entropy; any other output scores more."""
+    from glance.toy.world import glyph_table
+
+    world = SoftWorld()
+    ex, marks = world.draw("textvqa", np.random.default_rng(5))
+    batch = soft_batch(encoder, [(ex, ex.answer, marks)], glyph_table())
+    soft = batch["soft"]
+
+    class Fixed(torch.nn.Module):
+        def __init__(self, probs):
+            super().__init__()
+            self.logits = torch.log(probs.clamp_min(1e-30))
+
+        def forward(self, **_):
+            return type("Out", (), {"logits": self.logits})
+
+    loss, entropy = soft_loss(Fixed(soft), batch)
+    mask = batch["loss_mask"]
+    p = soft[mask]
+    want = -(p * torch.log(p.clamp_min(1e-30))).sum(-1).mean()
+    assert torch.isclose(loss, want, atol=1e-5)
+    assert torch.allclose(entropy, -(p * torch.log(p.clamp_min(1e-30))).sum(-1), atol=1e-5)
+    noisy = torch.softmax(torch.log(soft.clamp_min(1e-30)) + torch.randn_like(soft), -1)
+    assert soft_loss(Fixed(noisy), batch)[0] > loss
