@@ -2,6 +2,7 @@
 `python -m stages.readme` writes from results/ (or says where else its numbers
 come from, and is checked there), and the prose numbers that cite a file match it."""
 
+import importlib.util
 import json
 import math
 import re
@@ -32,10 +33,15 @@ MARKER = re.compile(r"<!-- (\w+):(start|end) -->")
 TOY_TASKS = (
     "| task | prompt | one item | free words x letters, m | free share | nats / char | characters |"
 )
+_spec = importlib.util.spec_from_file_location("tries_table", ROOT / "notes/issue43/tries_table.py")
+TRIES = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(TRIES)
 ALLOWED = {
     TOY_TASKS: "the toy world's definition (glance/toy/tasks.py) and its drawn task files; "
     "test_toy_task_table_matches_the_world recomputes every number",
     "| subpackage | what it holds | needs |": "describes code ('width 1' is the chain)",
+    TRIES.HEADER: "the fourth world's calibration tries (notes/issue43/tries); "
+    "test_calibration_tries_table_is_the_record recomputes it",
 }
 
 
@@ -342,3 +348,11 @@ def test_a_timing_record_carries_the_machine_s_gauge_and_only_seconds(tmp_path):
     record = json.loads((tmp_path / "timing" / "head.json").read_text())
     assert record["phase_seconds"] == {"loss": 1.5} and record["curve"] == [{"wall_seconds": 2.0}]
     assert 0 < record["gauge_seconds"] < 5
+
+
+def test_calibration_tries_table_is_the_record():
+    """docs/world.md's table of calibration tries is what their records give."""
+    text = WORLD.read_text(encoding="utf-8")
+    start = text.index(TRIES.HEADER)
+    shown = text[start:].split("\n\n", 1)[0].strip()
+    assert shown == TRIES.table(), "docs/world.md: rerun python notes/issue43/tries_table.py"

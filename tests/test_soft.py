@@ -10,7 +10,7 @@ import torch
 pytest.importorskip("transformers")
 
 from glance.toy.soft import Knobs, SoftWorld, soft_batch, soft_loss  # noqa: E402
-from glance.toy.tasks import LETTERS  # noqa: E402
+from glance.toy.tasks import ALPHABET, LETTERS  # noqa: E402
 from glance.toy.writer import Voice  # noqa: E402
 
 
@@ -87,3 +87,29 @@ def test_the_loss_is_least_when_the_model_matches_the_labels(encoder):
     assert torch.allclose(entropy, -(p * torch.log(p.clamp_min(1e-30))).sum(-1), atol=1e-5)
     noisy = torch.softmax(torch.log(soft.clamp_min(1e-30)) + torch.randn_like(soft), -1)
     assert soft_loss(Fixed(noisy), batch)[0] > loss
+
+
+def test_spread_sharpens_each_run_by_the_item_before_it():
+    """With a spread, the free letters of one run share one sharpness, set by
+    the last character of the grounded part before the run."""
+    from glance.toy.writer import row_entropy
+
+    world = SoftWorld(Knobs(spread=0.8))
+    ex, marks = world.draw("infovqa", np.random.default_rng(2))
+    voice = world.voice("infovqa")
+    per_run = voice.words * voice.letters
+    runs = [marks[i : i + per_run] for i in range(0, len(marks), per_run)]
+    assert len(runs) == 5
+    betas = []
+    for run in runs:
+        index = run[0][0]
+        grounded = ex.answer[: index - 1].split(";")[-1].strip()  # "figs 42"
+        z = world.z[ALPHABET.index(grounded[-1])]
+        rows = world._sharp(round(voice.beta * float(np.exp(0.8 * z)), 6))
+        for i, _, probs in run:
+            a, b = (ALPHABET.index(c) for c in ex.answer[i - 2 : i])
+            assert np.array_equal(probs, rows.probs[a, b])
+        betas.append(round(voice.beta * float(np.exp(0.8 * z)), 6))
+    assert len(set(betas)) > 1  # items differ
+    flat = SoftWorld(Knobs(spread=0.0)).draw("infovqa", np.random.default_rng(2))[1]
+    assert row_entropy(np.array([m[2] for m in flat])).std() > 0

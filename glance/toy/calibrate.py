@@ -72,6 +72,36 @@ def _law(rounds) -> dict:
     }
 
 
+def _context_tau(target, processor, head, data, n: int, contexts, budget: int) -> dict:
+    """GLANCE's tau on textvqa's first ``n`` prompts with each of ``contexts``
+    filler tokens before the question, checked against greedy decoding."""
+    from PIL import Image
+
+    import glance
+    from glance.data.tasks import read_task
+    from glance.targets.vl import chat_inputs, filler
+
+    end = processor.tokenizer.convert_tokens_to_ids("<|im_end|>")
+    records = read_task(Path(data) / "textvqa.jsonl")[:n]
+    out = {}
+    for context in contexts:
+        committed = rounds = 0
+        for r in records:
+            text = filler(context, processor.tokenizer) + r["prompt"]
+            ids, pos = chat_inputs(processor, text, Image.open(Path(data) / r["image"]))
+            kw = dict(positions=pos, stop_token_ids=[end])
+            want = glance.greedy_generate(target, ids, 160, **kw)
+            got, stats = glance.generate(
+                head, target, ids, 160, budget=budget, branch_k=8, return_stats=True, **kw
+            )
+            if got.tolist() != want.tolist():
+                raise AssertionError(f"context {context}: GLANCE differs from greedy")
+            committed += sum(x.committed for x in stats.rounds)
+            rounds += len(stats.rounds)
+        out[str(context)] = round(committed / rounds, 3)
+    return out
+
+
 def calibrate(knobs: Knobs | None = None, short: Short | None = None, progress=True) -> dict:
     """One calibration try: returns the knobs, per task ``chain_tau``,
     ``glance_tau``, their ratio, ``lossless`` and the root-entropy spread,
@@ -124,6 +154,8 @@ def calibrate(knobs: Knobs | None = None, short: Short | None = None, progress=T
         for task in TASKS:
             write_task(task, short.n, data, seed=1000 + short.seed)
         decoding = evaluate_decoding(target, processor, head, data, n=short.n, budget=short.budget)
+        contexts = (0, 512, short.context) if short.context else ()
+        textvqa = _context_tau(target, processor, head, data, 8, contexts, short.budget)
     seconds["decode"] = time.perf_counter() - clock
     tasks, pooled = {}, []
     for task, d in decoding.items():
@@ -144,6 +176,7 @@ def calibrate(knobs: Knobs | None = None, short: Short | None = None, progress=T
         "knobs": asdict(knobs),
         "tasks": tasks,
         "law": _law(pooled),
+        "context_tau": textvqa,
         "entropy_r": round(tlog["agreement"]["r"], 4),
         "head_heldout": curve[-3:],
         "seconds": {k: round(v, 1) for k, v in seconds.items()},

@@ -20,8 +20,17 @@ import numpy as np
 import torch
 
 from glance.toy.config import TargetSize, TrainConfig
-from glance.toy.tasks import ALPHABET, AUX_TASK, LETTERS, LONG_TASK, TASKS, Example, make_example
-from glance.toy.writer import Rows, Voice, respace, sharpen, successor_rows, write_marked
+from glance.toy.tasks import ALPHABET, AUX_TASK, LONG_TASK, TASKS, Example, make_example
+from glance.toy.writer import (
+    SYMBOLS,
+    Rows,
+    Voice,
+    respace,
+    sharpen,
+    space_table,
+    successor_rows,
+    write_marked,
+)
 
 __all__ = [
     "Knobs",
@@ -58,6 +67,15 @@ class Knobs:
     #: before the run: sharpness varies from item to item, persists through
     #: the run, and is readable from the context
     spread: float = 0.0
+    #: above 0, a free item is one run of characters whose word breaks are
+    #: free too (mean probability of a break; :func:`~glance.toy.writer.space_table`)
+    space: float = 0.0
+    #: each run's rows tilted by ``tilt * bias[c]`` in log space, ``bias`` a
+    #: fixed standard normal draw per character ``c`` (the last of the grounded
+    #: part before the run) and rank: where a row is flat the tilt decides
+    #: its favourite, so the greedy choice there depends on the item, far back
+    #: in the context; where a row is peaked it does not
+    tilt: float = 0.0
 
 
 class SoftWorld:
@@ -69,25 +87,36 @@ class SoftWorld:
         base = successor_rows(knobs.alpha, knobs.k, knobs.row_seed)
         self.base = base
         self.z = np.random.default_rng([14, knobs.row_seed]).standard_normal(len(ALPHABET))
+        self.bias = np.random.default_rng([16, knobs.row_seed]).standard_normal(
+            (len(ALPHABET), knobs.k)
+        )
         self._rows: dict = {}
+        self.spaces = space_table(knobs.space, knobs.row_seed) if knobs.space else None
 
     def rows(self, task: str):
         """``task``'s rows: a :class:`Rows` with no spread, else a function
         of the grounded part before a run (:func:`~glance.toy.writer.write_marked`)."""
         beta = self.voice(task).beta
-        if not self.knobs.spread:
+        if not self.knobs.spread and not self.knobs.tilt:
             return self._sharp(beta)
 
         def run(grounded: str) -> Rows:
-            z = self.z[ALPHABET.index(grounded.rstrip()[-1])] if grounded.strip() else 0.0
-            return self._sharp(round(beta * float(np.exp(self.knobs.spread * z)), 6))
+            key = ALPHABET.index(grounded.rstrip()[-1]) if grounded.strip() else None
+            z = 0.0 if key is None else self.z[key]
+            return self._sharp(round(beta * float(np.exp(self.knobs.spread * z)), 6), key)
 
         return run
 
-    def _sharp(self, beta: float) -> Rows:
-        if beta not in self._rows:
-            self._rows[beta] = sharpen(self.base, beta)
-        return self._rows[beta]
+    def _sharp(self, beta: float, key: int | None = None) -> Rows:
+        tilt = self.knobs.tilt if key is not None else 0.0
+        if (beta, key, tilt) not in self._rows:
+            rows = self.base
+            if tilt:
+                logp = np.log(rows.probs) + tilt * self.bias[key]
+                probs = np.exp(logp - logp.max(-1, keepdims=True))
+                rows = Rows(rows.ids, probs / probs.sum(-1, keepdims=True), rows.alpha)
+            self._rows[beta, key, tilt] = sharpen(rows, beta)
+        return self._rows[beta, key, tilt]
 
     def voice(self, task: str) -> Voice:
         return self.knobs.voices["caption" if task == LONG_TASK else task]
@@ -101,8 +130,8 @@ class SoftWorld:
         if task == AUX_TASK:
             return ex, []
         voice = self.voice(task)
-        parts = tuple(respace(ex.parts, voice.words))
-        text, marks = write_marked(parts, voice, self.rows(task), rng)
+        parts = tuple(respace(ex.parts, 1 if self.spaces is not None else voice.words))
+        text, marks = write_marked(parts, voice, self.rows(task), rng, self.spaces)
         return Example(task, ex.lines, ex.prompt, text, parts, ex.style), marks
 
     def redraw(self, example: Example, rng: np.random.Generator) -> tuple[str, list]:
@@ -110,7 +139,7 @@ class SoftWorld:
         if example.task == AUX_TASK:
             return example.answer, []
         voice = self.voice(example.task)
-        return write_marked(example.parts, voice, self.rows(example.task), rng)
+        return write_marked(example.parts, voice, self.rows(example.task), rng, self.spaces)
 
 
 def soft_batch(encoder, items, table: torch.Tensor, contexts=None) -> dict:
@@ -127,7 +156,7 @@ def soft_batch(encoder, items, table: torch.Tensor, contexts=None) -> dict:
     nxt = torch.roll(ids, -1, dims=1)
     b_idx, t_idx = mask.nonzero(as_tuple=True)
     soft[b_idx, t_idx, nxt[b_idx, t_idx]] = 1.0
-    letter_ids = torch.tensor(encoder.tokenizer.convert_tokens_to_ids(list(LETTERS)))
+    letter_ids = torch.tensor(encoder.tokenizer.convert_tokens_to_ids(list(SYMBOLS)))
     for b, (_, _, marks) in enumerate(items):
         start = int(mask[b].nonzero()[0])  # predicts the answer's first token
         for index, ids_, probs in marks:

@@ -33,6 +33,8 @@ __all__ = [
     "sharpen",
     "successor_rows",
     "write_marked",
+    "SYMBOLS",
+    "space_table",
 ]
 
 
@@ -129,13 +131,34 @@ def respace(parts, words: int) -> list:
     return out
 
 
-def write_marked(parts, voice: Voice, rows, rng: np.random.Generator):
+#: the characters a free letter's ``ids`` index: the letters, then the space
+SYMBOLS = LETTERS + " "
+SPACE = len(LETTERS)
+
+
+def space_table(mean: float, seed: int = 0) -> np.ndarray:
+    """``(A, A)``: for each context, the probability that a free run breaks
+    the word there, drawn once from ``Beta(4 * mean, 4 * (1 - mean))`` by a
+    generator seeded with ``[15, seed]``, so word lengths vary by context."""
+    if not 0 < mean < 1:
+        raise ValueError(f"space: expected a probability in (0, 1); got {mean!r}")
+    n = len(ALPHABET)
+    return np.random.default_rng([15, seed]).beta(4 * mean, 4 * (1 - mean), size=(n, n))
+
+
+def write_marked(parts, voice: Voice, rows, rng: np.random.Generator, spaces=None):
     """The answer text of a skeleton, its free words drawn from ``rows``: a
     :class:`Rows`, or a function of the grounded part before a run of free
     words that returns the run's :class:`Rows`. Returns ``(text, marks)``:
     ``marks`` lists, for each free letter, its index in ``text``, the letters
     it could have been (indices into :data:`~glance.toy.tasks.LETTERS`) and
-    their probabilities."""
+    their probabilities.
+
+    With ``spaces`` (a :func:`space_table`), each ``None`` is one run of
+    ``voice.words * (voice.letters + 1) - 1`` characters whose word breaks
+    are free too: inside the run, where the character before is a letter, a
+    space (:data:`SPACE` in ``ids``) has the table's probability and the
+    letters share the rest, so every position of a run is a choice."""
     text, marks, grounded, run = "", [], "", rows
     for part in parts:
         if part is not None:
@@ -146,11 +169,16 @@ def write_marked(parts, voice: Voice, rows, rng: np.random.Generator):
         if run is None:
             run = rows(grounded) if callable(rows) else rows
         context = text[-2:].rjust(2)
-        for _ in range(voice.letters):
+        length = voice.letters if spaces is None else voice.words * (voice.letters + 1) - 1
+        for i in range(length):
             a, b = ALPHABET.index(context[-2]), ALPHABET.index(context[-1])
             ids, probs = run.ids[a, b], run.probs[a, b]
+            if spaces is not None and 0 < i < length - 1 and context[-1] != " ":
+                space = spaces[a, b]
+                ids = np.append(ids, SPACE)
+                probs = np.append(probs * (1 - space), space)
             marks.append((len(text), ids, probs))
-            letter = LETTERS[int(ids[int(rng.choice(len(ids), p=probs))])]
+            letter = SYMBOLS[int(ids[int(rng.choice(len(ids), p=probs))])]
             text += letter
             context += letter
     return text, marks
