@@ -99,7 +99,7 @@ def cmd_evaluate(args) -> dict:
 def cmd_calibrate(args) -> dict:
     from glance.toy.calibrate import main as calibrate
 
-    return calibrate(args.knobs, args.out, args.sizes)
+    return calibrate(args.knobs, args.out, args.sizes, keep=args.keep)
 
 
 def main(argv=None) -> None:
@@ -143,6 +143,7 @@ def main(argv=None) -> None:
         "--knobs", help="JSON: alpha, k, row_seed, voices {task: [words, letters, beta]}"
     )
     p.add_argument("--sizes", help="JSON: the short run's sizes (glance.toy.calibrate.Short)")
+    p.add_argument("--keep", type=Path, help="save the try's target and head in this folder")
     p.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
     result = {

@@ -102,10 +102,14 @@ def _context_tau(target, processor, head, data, n: int, contexts, budget: int) -
     return out
 
 
-def calibrate(knobs: Knobs | None = None, short: Short | None = None, progress=True) -> dict:
+def calibrate(
+    knobs: Knobs | None = None, short: Short | None = None, progress=True, keep=None
+) -> dict:
     """One calibration try: returns the knobs, per task ``chain_tau``,
     ``glance_tau``, their ratio, ``lossless`` and the root-entropy spread,
-    the target's entropy agreement, and the seconds of each part."""
+    the target's entropy agreement, and the seconds of each part. With
+    ``keep``, a folder, the try's target and head are saved there (``target/``,
+    ``head/``) for a closer look."""
     from glance.toy.config import HeadTrain
     from glance.toy.evaluate import evaluate_decoding
     from glance.toy.tasks import TASKS, write_task
@@ -157,6 +161,10 @@ def calibrate(knobs: Knobs | None = None, short: Short | None = None, progress=T
         contexts = (0, 512, short.context) if short.context else ()
         textvqa = _context_tau(target, processor, head, data, 8, contexts, short.budget)
     seconds["decode"] = time.perf_counter() - clock
+    if keep is not None:
+        target.save_pretrained(Path(keep) / "target")
+        processor.save_pretrained(Path(keep) / "target")
+        head.save_pretrained(Path(keep) / "head")
     tasks, pooled = {}, []
     for task, d in decoding.items():
         rounds = d.pop("rounds")
@@ -185,7 +193,11 @@ def calibrate(knobs: Knobs | None = None, short: Short | None = None, progress=T
 
 
 def main(
-    knobs_json: str | None, out: Path | None, sizes_json: str | None = None, progress=True
+    knobs_json: str | None,
+    out: Path | None,
+    sizes_json: str | None = None,
+    progress=True,
+    keep: Path | None = None,
 ) -> dict:
     """The command's body: knobs from a JSON object (``Knobs``' fields, voices
     as ``{"task": [words, letters, beta]}``), sizes from another (``Short``'s
@@ -204,7 +216,7 @@ def main(
         short = replace(short, target=replace(short.target, steps=sizes.pop("target_steps")))
     short = replace(short, **sizes)
     torch.set_num_threads(2)
-    result = calibrate(Knobs(**given), short, progress=progress)
+    result = calibrate(Knobs(**given), short, progress=progress, keep=keep)
     result["sizes"] = asdict(short)
     if out:
         from glance._io import atomic_write_text
