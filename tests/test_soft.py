@@ -10,8 +10,8 @@ import torch
 pytest.importorskip("transformers")
 
 from glance.toy.soft import Knobs, SoftWorld, soft_batch, soft_loss  # noqa: E402
-from glance.toy.tasks import ALPHABET, LETTERS  # noqa: E402
-from glance.toy.writer import Voice  # noqa: E402
+from glance.toy.tasks import ALPHABET  # noqa: E402
+from glance.toy.writer import SYMBOLS, Voice  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -23,7 +23,7 @@ def encoder():
 
 
 def test_voices_set_the_free_words_and_redraws_keep_the_page():
-    knobs = Knobs(voices=Knobs().voices | {"chartqa": Voice(2, 4, 1.0)})
+    knobs = Knobs(voices=Knobs().voices | {"chartqa": Voice(2, 4, 1.0)}, space=0.0)
     world = SoftWorld(knobs)
     ex, marks = world.draw("chartqa", np.random.default_rng(0))
     assert len(marks) == 10 * 2 * 4  # ten pairs of values, two free words of four letters
@@ -45,7 +45,7 @@ def test_soft_labels_sit_on_the_free_letters_and_one_hot_elsewhere(encoder):
     soft, mask = batch["soft"], batch["loss_mask"]
     assert torch.allclose(soft[mask].sum(-1), torch.ones(int(mask.sum())))
     assert float(soft[~mask].abs().sum()) == 0.0
-    letter_ids = encoder.tokenizer.convert_tokens_to_ids(list(LETTERS))
+    letter_ids = encoder.tokenizer.convert_tokens_to_ids(list(SYMBOLS))
     for b, (_, _, marks) in enumerate(items):
         start = int(mask[b].nonzero()[0])
         free = {start + i for i, _, _ in marks}
@@ -94,7 +94,7 @@ def test_spread_sharpens_each_run_by_the_item_before_it():
     the last character of the grounded part before the run."""
     from glance.toy.writer import row_entropy
 
-    world = SoftWorld(Knobs(spread=0.8))
+    world = SoftWorld(Knobs(spread=0.8, space=0.0))
     ex, marks = world.draw("infovqa", np.random.default_rng(2))
     voice = world.voice("infovqa")
     per_run = voice.words * voice.letters
@@ -111,5 +111,33 @@ def test_spread_sharpens_each_run_by_the_item_before_it():
             assert np.array_equal(probs, rows.probs[a, b])
         betas.append(round(voice.beta * float(np.exp(0.8 * z)), 6))
     assert len(set(betas)) > 1  # items differ
-    flat = SoftWorld(Knobs(spread=0.0)).draw("infovqa", np.random.default_rng(2))[1]
+    flat = SoftWorld(Knobs(spread=0.0, space=0.0)).draw("infovqa", np.random.default_rng(2))[1]
     assert row_entropy(np.array([m[2] for m in flat])).std() > 0
+
+
+def test_free_word_breaks_make_every_position_of_a_run_a_choice():
+    """With ``space``, a run is one stretch of characters whose breaks are
+    drawn too: never first, last or twice in a row, and offered (with the
+    table's probability) wherever a letter came before."""
+    from glance.toy.writer import SPACE
+
+    world = SoftWorld(Knobs(space=0.3, spread=0.0))
+    voice = world.voice("caption")
+    length = voice.words * (voice.letters + 1) - 1
+    rng = np.random.default_rng(9)
+    offered = broke = 0
+    for _ in range(20):
+        ex, marks = world.draw("caption", rng)
+        runs = [marks[i : i + length] for i in range(0, len(marks), length)]
+        assert all(len(run) == length for run in runs)
+        for run in runs:
+            text = "".join(ex.answer[i] for i, _, _ in run)
+            assert not text.startswith(" ") and not text.endswith(" ") and "  " not in text
+            for j, (i, ids, probs) in enumerate(run):
+                has_space = SPACE in ids
+                assert has_space == (0 < j < length - 1 and ex.answer[i - 1] != " ")
+                assert np.isclose(probs.sum(), 1.0)
+                if has_space:
+                    offered += 1
+                    broke += ex.answer[i] == " "
+    assert 0.15 < broke / offered < 0.45  # the table's mean is 0.3

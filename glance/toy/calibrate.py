@@ -72,7 +72,7 @@ def _law(rounds) -> dict:
     }
 
 
-def _context_tau(target, processor, head, data, n: int, contexts, budget: int) -> dict:
+def _context_tau(target, processor, head, data, *, n: int, contexts, budget: int) -> dict:
     """GLANCE's tau on textvqa's first ``n`` prompts with each of ``contexts``
     filler tokens before the question, checked against greedy decoding."""
     from PIL import Image
@@ -159,7 +159,9 @@ def calibrate(
             write_task(task, short.n, data, seed=1000 + short.seed)
         decoding = evaluate_decoding(target, processor, head, data, n=short.n, budget=short.budget)
         contexts = (0, 512, short.context) if short.context else ()
-        textvqa = _context_tau(target, processor, head, data, 8, contexts, short.budget)
+        textvqa = _context_tau(
+            target, processor, head, data, n=8, contexts=contexts, budget=short.budget
+        )
     seconds["decode"] = time.perf_counter() - clock
     if keep is not None:
         target.save_pretrained(Path(keep) / "target")
