@@ -336,13 +336,17 @@ def test_a_finished_run_removes_its_own_checkpoint_and_nothing_else(corpus, tmp_
                "head.train.steps=4000", "head.train.lr=0.002",
                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
     deadline = time.monotonic() + 300
-    while not list((ck / "head").glob("*/state.json")):
+
+    def saved():  # a checkpoint renamed into place, not one still in its hidden temporary folder
+        return [p.parent for p in (ck / "head").glob("*/state.json") if p.parent.name[0] != "."]
+
+    while not saved():
         assert a.poll() is None, a.stderr.read().decode()[-3000:]
         assert time.monotonic() < deadline
         time.sleep(0.05)
     a.send_signal(signal.SIGKILL)
     a.wait()
-    (a_folder,) = [p.parent for p in (ck / "head").glob("*/state.json")]
+    (a_folder,) = saved()
     a_state = (a_folder / "state.json").read_bytes()
     # run B, another learning rate, to the end
     _stage("stages.head", *corpus, *out, f"paths.head={tmp_path / 'b'}",
