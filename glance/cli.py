@@ -142,7 +142,6 @@ def _load(args):
     """``(target, processor, head)``, loaded strictly; a loader's error exits 1."""
     import torch
 
-    import glance.toy.processor  # noqa: F401  registers the shipped toy target's processor
     from glance import load_block_head
     from glance.targets.vl import load_target
 
@@ -171,7 +170,6 @@ def _check_prompt(parser, args, max_new_tokens: int):
     2, naming both lengths. Returns ``(ids, positions)``."""
     import transformers as tf
 
-    import glance.toy.processor  # noqa: F401  registers the shipped toy target's processor
     from glance._io import checkpoint_path
     from glance.targets.vl import load_processor
 

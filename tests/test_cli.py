@@ -21,7 +21,6 @@ TOY = ROOT / "models" / "toy-target"
 @pytest.fixture(scope="module")
 def toy(tmp_path_factory):
     """The shipped toy target, a random head that fits it, and a rendered page."""
-    import glance.toy.processor  # noqa: F401  the shipped target's processor
     from glance import testing as tiny
     from glance.targets.vl import load_target
     from glance.toy.tasks import make_example, render

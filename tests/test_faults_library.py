@@ -210,7 +210,6 @@ def test_defect_05_a_long_filler_is_tokenised_a_few_times_not_per_word():
     import time
     from pathlib import Path
 
-    import glance.toy.processor  # noqa: F401  (registers the toy processor)
     from glance import vl
 
     toy = Path(__file__).resolve().parent.parent / "models" / "toy-target"

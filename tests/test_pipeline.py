@@ -148,6 +148,7 @@ def test_target_ships_checked_and_retrains_only_when_asked(tmp_path):
         "-m",
         "stages.target",
         "target.retrain=true",
+        "target.train.init=null",  # a fresh tiny one, not the shipped reader
         "target.train.steps=2",
         "target.train.phases=1",
         "target.train.batch=2",
@@ -350,7 +351,15 @@ def repro(tmp_path_factory):
     """`dvc repro` of the whole pipeline in a copy of the project, on TINY params."""
     pytest.importorskip("dvc")
     work = tmp_path_factory.mktemp("pipeline")
-    for item in ("conf", "stages", "glance", "notebooks", "dvc.yaml", "models/toy-target"):
+    for item in (
+        "conf",
+        "stages",
+        "glance",
+        "notebooks",
+        "dvc.yaml",
+        "models/toy-target",
+        "models/toy-reader",
+    ):
         src = ROOT / item
         if src.is_dir():
             shutil.copytree(src, work / item, ignore=shutil.ignore_patterns("__pycache__"))

@@ -4,7 +4,6 @@ come from, and is checked there), and the prose numbers that cite a file match i
 
 import importlib.util
 import json
-import math
 import re
 from collections import defaultdict
 from pathlib import Path
@@ -14,7 +13,8 @@ import pytest
 import yaml
 
 from glance.reporting.readme import blocks, law_table, render, speed_table
-from glance.toy.tasks import STYLES, TASKS, WRITABLE, make_example
+from glance.toy.tasks import TASKS, WRITABLE, make_example
+from glance.toy.writer import default_world, row_entropy
 from stages.readme import documents
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -31,7 +31,8 @@ MARKER = re.compile(r"<!-- (\w+):(start|end) -->")
 #: Tables outside the generated blocks that may hold numbers, by header line,
 #: and why their numbers do not come from results/.
 TOY_TASKS = (
-    "| task | prompt | one item | free words x letters, m | free share | nats / char | characters |"
+    "| task | prompt | one item | free run: words x letters, beta | free share | nats / char "
+    "| characters |"
 )
 _spec = importlib.util.spec_from_file_location("tries_table", ROOT / "notes/issue43/tries_table.py")
 TRIES = importlib.util.module_from_spec(_spec)
@@ -216,15 +217,12 @@ def test_toy_task_table_matches_the_world():
     for task in TASKS:
         rng = np.random.default_rng([prepare["seed"], WRITABLE.index(task)])  # as write_task draws
         examples = [make_example(task, rng) for _ in range(prepare["n"])]
-        style = STYLES[task]
+        voice = default_world().voice(task)
         chars = sum(len(e.answer) for e in examples)
-        free = sum(style.letters * sum(p is None for p in e.parts) for e in examples)
-        expected = [style.words, style.words, style.letters, style.m]
-        expected += [
-            f"{free / chars:.2f}",
-            f"{free * math.log(style.m) / chars:.2f}",
-            f"{chars / len(examples):.0f}",
-        ]
+        free = sum(len(e.marks) for e in examples)
+        nats = sum(float(row_entropy(p)) for e in examples for _, _, p in e.marks)
+        expected = [voice.words, voice.letters, f"{voice.beta:g}"]
+        expected += [f"{free / chars:.2f}", f"{nats / chars:.2f}", f"{chars / len(examples):.0f}"]
         i, line = rows[task]
         got = numbers(line)
         assert got == [str(x) for x in expected], (

@@ -189,7 +189,6 @@ import torch
 from glance.core.numerics import Numerics, pin
 pin(Numerics(threads=1), reexec=True)
 torch.set_num_threads(1)
-import glance.toy.processor
 from glance.targets.vl import load_target
 from glance.toy.world import toy_corpus
 from glance.training.block import HeadConfig, train_head

@@ -1,5 +1,6 @@
-"""Soft-labelled target training (glance.toy.soft): where the labels go, and
-that the loss is the writer's cross-entropy."""
+"""The writer's world (glance.toy.writer.World) and soft-labelled target
+training (glance.toy.soft): where the labels go, and that the loss is the
+writer's cross-entropy."""
 
 from __future__ import annotations
 
@@ -9,9 +10,15 @@ import torch
 
 pytest.importorskip("transformers")
 
-from glance.toy.soft import Knobs, SoftWorld, soft_batch, soft_loss  # noqa: E402
-from glance.toy.tasks import ALPHABET  # noqa: E402
-from glance.toy.writer import SYMBOLS, Voice  # noqa: E402
+from glance.toy.soft import soft_batch, soft_loss  # noqa: E402
+from glance.toy.tasks import ALPHABET, make_example  # noqa: E402
+from glance.toy.writer import SYMBOLS, Knobs, Voice, using  # noqa: E402
+
+
+def draw(task, rng, knobs=None):
+    with using(knobs or Knobs()) as world:
+        ex = make_example(task, rng)
+    return world, ex
 
 
 @pytest.fixture(scope="module")
@@ -24,10 +31,10 @@ def encoder():
 
 def test_voices_set_the_free_words_and_redraws_keep_the_page():
     knobs = Knobs(voices=Knobs().voices | {"chartqa": Voice(2, 4, 1.0)}, space=0.0)
-    world = SoftWorld(knobs)
-    ex, marks = world.draw("chartqa", np.random.default_rng(0))
+    world, ex = draw("chartqa", np.random.default_rng(0), knobs)
+    marks = ex.marks
     assert len(marks) == 10 * 2 * 4  # ten pairs of values, two free words of four letters
-    again, marks2 = world.redraw(ex, np.random.default_rng(1))
+    again, marks2 = world.write("chartqa", ex.parts, np.random.default_rng(1))
     assert again != ex.answer and len(marks2) == len(marks)
     assert [m[0] for m in marks2] == [m[0] for m in marks]  # same skeleton, same places
 
@@ -35,12 +42,11 @@ def test_voices_set_the_free_words_and_redraws_keep_the_page():
 def test_soft_labels_sit_on_the_free_letters_and_one_hot_elsewhere(encoder):
     from glance.toy.world import glyph_table
 
-    world = SoftWorld()
     rng = np.random.default_rng(3)
     items = []
     for task in ("caption", "docvqa"):
-        ex, marks = world.draw(task, rng)
-        items.append((ex, ex.answer, marks))
+        ex = make_example(task, rng)
+        items.append((ex, ex.answer, ex.marks))
     batch = soft_batch(encoder, items, glyph_table())
     soft, mask = batch["soft"], batch["loss_mask"]
     assert torch.allclose(soft[mask].sum(-1), torch.ones(int(mask.sum())))
@@ -66,9 +72,8 @@ def test_the_loss_is_least_when_the_model_matches_the_labels(encoder):
     entropy; any other output scores more."""
     from glance.toy.world import glyph_table
 
-    world = SoftWorld()
-    ex, marks = world.draw("textvqa", np.random.default_rng(5))
-    batch = soft_batch(encoder, [(ex, ex.answer, marks)], glyph_table())
+    ex = make_example("textvqa", np.random.default_rng(5))
+    batch = soft_batch(encoder, [(ex, ex.answer, ex.marks)], glyph_table())
     soft = batch["soft"]
 
     class Fixed(torch.nn.Module):
@@ -94,8 +99,8 @@ def test_spread_sharpens_each_run_by_the_item_before_it():
     the last character of the grounded part before the run."""
     from glance.toy.writer import row_entropy
 
-    world = SoftWorld(Knobs(spread=0.8, space=0.0))
-    ex, marks = world.draw("infovqa", np.random.default_rng(2))
+    world, ex = draw("infovqa", np.random.default_rng(2), Knobs(spread=0.8, space=0.0))
+    marks = ex.marks
     voice = world.voice("infovqa")
     per_run = voice.words * voice.letters
     runs = [marks[i : i + per_run] for i in range(0, len(marks), per_run)]
@@ -105,13 +110,13 @@ def test_spread_sharpens_each_run_by_the_item_before_it():
         index = run[0][0]
         grounded = ex.answer[: index - 1].split(";")[-1].strip()  # "figs 42"
         z = world.z[ALPHABET.index(grounded[-1])]
-        rows = world._sharp(round(voice.beta * float(np.exp(0.8 * z)), 6))
+        rows = world.sharp(round(voice.beta * float(np.exp(0.8 * z)), 6))
         for i, _, probs in run:
             a, b = (ALPHABET.index(c) for c in ex.answer[i - 2 : i])
             assert np.array_equal(probs, rows.probs[a, b])
         betas.append(round(voice.beta * float(np.exp(0.8 * z)), 6))
     assert len(set(betas)) > 1  # items differ
-    flat = SoftWorld(Knobs(spread=0.0, space=0.0)).draw("infovqa", np.random.default_rng(2))[1]
+    flat = draw("infovqa", np.random.default_rng(2), Knobs(spread=0.0, space=0.0))[1].marks
     assert row_entropy(np.array([m[2] for m in flat])).std() > 0
 
 
@@ -121,13 +126,14 @@ def test_free_word_breaks_make_every_position_of_a_run_a_choice():
     table's probability) wherever a letter came before."""
     from glance.toy.writer import SPACE
 
-    world = SoftWorld(Knobs(space=0.3, spread=0.0))
+    world, _ = draw("caption", np.random.default_rng(0), Knobs(space=0.3, spread=0.0))
     voice = world.voice("caption")
     length = voice.words * (voice.letters + 1) - 1
     rng = np.random.default_rng(9)
     offered = broke = 0
     for _ in range(20):
-        ex, marks = world.draw("caption", rng)
+        _, ex = draw("caption", rng, Knobs(space=0.3, spread=0.0))
+        marks = ex.marks
         runs = [marks[i : i + length] for i in range(0, len(marks), length)]
         assert all(len(run) == length for run in runs)
         for run in runs:

@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pytest
 import torch
+import transformers
 from PIL import Image
 
 from glance.data.tasks import read_task
@@ -60,40 +61,44 @@ def test_tasks_are_deterministic_and_grounded(data, tmp_path):
         assert [v for pair in copied for v in pair] == values
 
 
-def free_letters_follow_the_table(example) -> int:
-    """Check every free letter of an answer against the successor table; return
-    how many there were."""
-    text, checked = "", 0
-    answer = example.answer
-    for part in example.parts:
-        if part is not None:
-            assert answer.startswith(part, len(text)), (part, answer)
-            text += part
-            continue
-        word = answer[len(text) : len(text) + example.style.letters]
-        for ch in word:
-            ctx = (text[-2:]).rjust(2)
-            allowed = T.SUCCESSORS[T.ALPHABET.index(ctx[0]), T.ALPHABET.index(ctx[1])]
-            assert T.LETTERS.index(ch) in allowed[: example.style.m], (ctx, ch, answer)
-            text += ch
-            checked += 1
-    assert text == answer
-    return checked
+def free_letters_follow_the_writer(example) -> int:
+    """Check that an answer copies its skeleton's fixed parts and that every
+    free character is one the writer allows in its context; return how many
+    free characters there were."""
+    from glance.toy.writer import default_world
+
+    score = default_world().score(example.task, example.parts, example.answer)
+    assert score["copied"] == score["grounded"] == sum(p is not None for p in example.parts)
+    assert score["allowed"] == score["free"] > 0, (score, example.answer)
+    return score["free"]
 
 
-def test_answers_are_long_and_graded_by_their_free_share():
+def test_answers_are_long_and_graded_by_their_free_entropy():
+    from glance.toy.writer import row_entropy
+
     rng = np.random.default_rng(5)
     share = {}
     for task in T.TASKS:
         examples = [T.make_example(task, rng) for _ in range(50)]
         lengths = [len(ex.answer) for ex in examples]
         assert np.mean(lengths) >= 96, (task, np.mean(lengths))  # far past a 16-token block
-        free = sum(free_letters_follow_the_table(ex) for ex in examples)
-        share[task] = free * np.log(T.STYLES[task].m) / sum(lengths)  # nats per character
+        free = sum(free_letters_follow_the_writer(ex) for ex in examples)
+        assert free == sum(len(ex.marks) for ex in examples)
+        nats = sum(float(row_entropy(p)) for ex in examples for _, _, p in ex.marks)
+        share[task] = nats / sum(lengths)  # the writer's nats per character
     order = [share[t] for t in T.TASKS]
     assert order == sorted(order, reverse=True), share  # caption most free, chartqa least
     long = [len(T.make_example("longform", rng).answer) for _ in range(5)]
     assert min(long) >= 512
+
+
+def test_marks_say_what_each_free_character_could_have_been():
+    from glance.toy.writer import SYMBOLS
+
+    ex = T.make_example("textvqa", np.random.default_rng(6))
+    for index, ids, probs in ex.marks:
+        assert ex.answer[index] in {SYMBOLS[i] for i in ids}
+        assert np.isclose(probs.sum(), 1.0) and (probs > 0).all()
 
 
 def test_resampled_answers_keep_the_page_and_redraw_the_free_words():
@@ -102,20 +107,24 @@ def test_resampled_answers_keep_the_page_and_redraw_the_free_words():
     others = {ex.sample_answer(rng) for _ in range(20)}
     assert len(others) == 20  # the free letters are redrawn
     for text in others:
-        again = T.Example(ex.task, ex.lines, ex.prompt, text, ex.parts, ex.style)
-        free_letters_follow_the_table(again)
+        free_letters_follow_the_writer(T.Example(ex.task, ex.lines, ex.prompt, text, ex.parts))
 
 
-def test_score_answer_counts_copies_and_legal_free_letters():
+def test_the_score_counts_copies_and_allowed_free_characters():
+    from glance.toy.writer import default_world
+
+    world = default_world()
     ex = T.make_example("docvqa", np.random.default_rng(4))
-    style = T.STYLES["docvqa"]
-    perfect = T.score_answer(ex.parts, style, ex.answer)
+    perfect = world.score("docvqa", ex.parts, ex.answer)
     fixed = sum(part is not None for part in ex.parts)  # fields, separators included
     assert perfect["copied"] == perfect["grounded"] == fixed
-    assert perfect["allowed"] == perfect["free"] == 5 * style.words * style.letters
+    assert perfect["allowed"] == perfect["free"] == len(ex.marks)
     wrong = "x" + ex.answer[1:]  # breaks the first field's copy, nothing else
-    assert T.score_answer(ex.parts, style, wrong)["copied"] == fixed - 1
-    assert T.score_answer(ex.parts, style, "")["allowed"] == 0
+    assert world.score("docvqa", ex.parts, wrong)["copied"] == fixed - 1
+    index = ex.marks[0][0]  # a digit where a free letter goes is not allowed
+    bad = ex.answer[:index] + "7" + ex.answer[index + 1 :]
+    assert world.score("docvqa", ex.parts, bad)["allowed"] <= perfect["free"] - 1
+    assert world.score("docvqa", ex.parts, "")["allowed"] == 0
 
 
 def test_bad_task_file_names_the_line(tmp_path):
@@ -151,16 +160,47 @@ def test_saved_target_loads_like_a_real_checkpoint(tmp_path):
         out, TrainConfig(steps=2, batch=4), TargetSize(hidden=32, layers=1), progress=False
     )
     assert log["steps"] == 2
+    assert 0.0 <= log["agreement"]["docvqa"]["copy_top1"] <= 1.0 and "r" in log["agreement"]
     model, processor = load_target(out, dtype=torch.float32)
     assert type(model).__name__ == "Qwen3VLForConditionalGeneration"
-    assert type(processor).__name__ == "GlanceToyProcessor"
-    assert (
-        json.loads((out / "processor_config.json").read_text())["image_processor"]["merge_size"]
-        == 1
-    )
+    assert isinstance(processor, transformers.Qwen3VLProcessor)
+    image = json.loads((out / "preprocessor_config.json").read_text())
+    assert image["processor_class"] == "Qwen3VLProcessor" and image["merge_size"] == 1
+    video = json.loads((out / "video_preprocessor_config.json").read_text())
+    assert video["video_processor_type"] == "Qwen3VLVideoProcessor"
     ex = T.make_example("docvqa", np.random.default_rng(1))
-    ids, _ = chat_inputs(processor, ex.prompt, T.render(ex.lines))
-    assert ids.shape[1] == len(Encoder(processor.tokenizer).prompt(ex.prompt))
+    ids, pos = chat_inputs(processor, ex.prompt, T.render(ex.lines))
+    assert ids[0].tolist() == Encoder(processor.tokenizer).prompt(ex.prompt)
+    assert torch.equal(pos.pixel_values.float(), page_pixels(ex.lines, glyph_table()))
+
+
+def test_a_saved_target_loads_with_plain_transformers(tmp_path):
+    """In a fresh interpreter that never imports glance: the model through
+    ``AutoModelForImageTextToText``, the tokenizer and image processor from
+    their own files, and (where torchvision is installed, as Qwen3-VL's
+    video processor needs) ``AutoProcessor``."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "target"
+    train_target(
+        out, TrainConfig(steps=1, batch=2), TargetSize(hidden=32, layers=1), progress=False
+    )
+    code = f"""
+import importlib.util, sys, transformers as tf
+model = tf.AutoModelForImageTextToText.from_pretrained({str(out)!r})
+tok = tf.AutoTokenizer.from_pretrained({str(out)!r})
+image = tf.Qwen2VLImageProcessorPil.from_pretrained({str(out)!r})
+assert type(model).__name__ == "Qwen3VLForConditionalGeneration"
+assert tok("ab;").input_ids == tok.convert_tokens_to_ids(list("ab;"))
+assert image.merge_size == 1 and image.patch_size == 8
+if importlib.util.find_spec("torchvision") is not None:
+    assert type(tf.AutoProcessor.from_pretrained({str(out)!r})).__name__ == "Qwen3VLProcessor"
+assert not any(m == "glance" or m.startswith("glance.") for m in sys.modules)
+print("loaded")
+"""
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
+    assert run.returncode == 0 and "loaded" in run.stdout, run.stderr[-2000:]
 
 
 def test_the_held_out_probe_records_a_curve_and_leaves_training_alone(tmp_path):
@@ -263,3 +303,17 @@ def test_sampled_regeneration_never_emits_vision_placeholders(tmp_path):
     assert not vision & {t for r in responses for t in r}
     for s in seqs:
         assert sequence_features(target, s, [0, 1]).shape[0] == s.input_ids.shape[0]
+
+
+def test_corpus_prompts_carry_filler_and_longform_in_their_own_shares():
+    from glance.targets.vl import FILLER
+    from glance.toy.world import toy_prompts
+
+    convs = toy_prompts(20, seed=0, long_share=0.1, context=64, context_share=0.25)
+    texts = [c[0]["content"][0]["text"] for c in convs]
+    filled = [t for t in texts if t.startswith(FILLER.split()[0])]
+    longform = [t for t in texts if t == "describe the page at length."]
+    assert len(longform) == 2 and 3 <= len(filled) <= 5  # a filler draw of 0 tokens is none
+    assert texts[-2:] == longform  # ordered short, then with context, then longform
+    plain = toy_prompts(20, seed=0, long_share=0.1, context=0, context_share=0.25)
+    assert not any(c[0]["content"][0]["text"].startswith(FILLER.split()[0]) for c in plain)

@@ -266,8 +266,16 @@ def test_case_10_prepare_n_past_the_toy_image_names_is_refused():
         ("target.train.weight_decay=nan", "target.train.weight_decay: expected a finite number"),
         ("arms.assistant.train.batch=0", "arms.assistant.train.batch: expected an integer >= 1"),
         ("target.train.task_weights=[0,0,0,0,0,0]", "target.train.task_weights: expected weights"),
+        ("arms.assistant.train.init=models/nowhere", "arms.assistant.train.init: expected a"),
+        ("corpus.context_share=0.99", "corpus.context_share: expected at most 1 - corpus.long"),
     ],
 )
 def test_case_11_other_training_numbers_are_in_range(override, expected):
     message = _refused(override)
     assert message.startswith(expected), message
+
+
+def test_case_11_a_target_backbone_is_checked_only_when_the_target_retrains():
+    message = _refused("target.retrain=true", "target.train.init=models/nowhere")
+    assert message.startswith("target.train.init: expected a saved toy target"), message
+    check_config(OmegaConf.create(compose_params(["target.train.init=models/nowhere"])))

@@ -28,8 +28,6 @@ def check_lengths(cfg, data: Path, names, shown=None) -> str:
     from glance.targets.vl import load_processor
 
     t = cfg.target
-    if t.source == "toy":
-        import glance.toy.processor  # noqa: F401  (registers the toy processor)
     if t.retrain or not t.path:
         return "not checked here: the target is trained after prepare"
     try:

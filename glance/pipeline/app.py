@@ -185,8 +185,6 @@ def load_target(cfg: Config):
     from glance.targets.vl import load_target as load
 
     info = read_json(Path(cfg.paths.target) / "target.json", "run `python -m stages.target` first")
-    if cfg.target.source == "toy":
-        import glance.toy.processor  # noqa: F401  (registers the toy processor)
     return load(
         Path(info["path"]) if info.get("local") else info["path"],
         dtype=torch_dtype(cfg.dtype),

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
 from typing import Any
 
 from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
@@ -65,8 +66,8 @@ class CorpusConfig:
     Each answer stops at ``max_new_tokens``. ``shard_size`` conversations make
     a shard, the unit a killed run resumes from.
 
-    Toy only: ``long_share`` of the prompts are longform and as many carry up
-    to ``context`` filler tokens. Datasets only: the question is the column's
+    Toy only: ``long_share`` of the prompts are longform and ``context_share``
+    carry up to ``context`` filler tokens. Datasets only: the question is the column's
     text, or a conversation's first user turn, put in ``prompt`` as
     ``{question}``.
     """
@@ -81,6 +82,7 @@ class CorpusConfig:
     shard_size: int
     long_share: float = 0.0
     context: int = 0
+    context_share: float = 0.0
     hub: str | None = None
     config: str | None = None
     split: str | None = None
@@ -538,6 +540,17 @@ def check_ranges(cfg: DictConfig) -> None:
     auto_cost(cfg)
     for key in ("target.train", "arms.assistant.train"):
         toy_training(key, OmegaConf.select(cfg, key))
+    # a backbone to start from must be there before anything trains: the
+    # target's only when it retrains, the assistant's whenever its stage runs
+    for key, used in (
+        ("target.train", OmegaConf.select(cfg, "target.retrain")),
+        ("arms.assistant.train", True),
+    ):
+        init = OmegaConf.select(cfg, f"{key}.init")
+        if used and init is not None and not (Path(str(init)) / "model.safetensors").is_file():
+            _fail(
+                f"{key}.init", init, "a saved toy target folder (with model.safetensors), or null"
+            )
     check_training(cfg)
     check_scorer(cfg)
 
@@ -555,6 +568,9 @@ def check_training(cfg) -> None:
         if integer("corpus.shard_size", c.shard_size, 32) % 32:
             _fail("corpus.shard_size", c.shard_size, "a multiple of 32 (the answering batch)")
         number("corpus.long_share", c.long_share, 0, 1)
+        number("corpus.context_share", c.context_share, 0, 1)
+        if c.long_share + c.context_share > 1:
+            _fail("corpus.context_share", c.context_share, "at most 1 - corpus.long_share")
         if c.source != "toy":
             for key in ("hub", "split", "image", "question"):
                 if not c[key]:

@@ -265,8 +265,7 @@ def load_processor(
         if name not in PROCESSORS:
             raise ValueError(
                 f"{local}: processor_class {name!r} is neither in transformers nor registered "
-                "with glance.targets.vl.register_processor (the toy world's registers when "
-                "glance.toy.world is imported)"
+                "with glance.targets.vl.register_processor"
             )
         processor_cls = PROCESSORS[name]()
     try:

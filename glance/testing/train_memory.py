@@ -34,7 +34,6 @@ import torch
 from glance.core.numerics import Numerics, pin
 pin(Numerics(threads=1), reexec=True)
 torch.set_num_threads(1)
-import glance.toy.processor
 from glance.targets.vl import load_target
 from glance.training.block import HeadConfig, train_head
 from glance.training.corpus import Corpus
@@ -62,7 +61,6 @@ def build(folder: Path, answers: int, max_new_tokens: int) -> None:
     """A toy corpus of ``answers`` training answers (half sampled) in ``folder``."""
     import torch
 
-    import glance.toy.processor  # noqa: F401  (registers the toy processor)
     from glance.targets.vl import load_target
     from glance.toy.world import toy_answerer, toy_parts
     from glance.training.corpus import build_corpus

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -28,12 +29,20 @@ def cmd_tasks(args) -> dict:
 
 
 def cmd_target(args) -> dict:
-    from glance.toy.world import TrainConfig, save_json, train_target
+    import yaml
 
-    cfg = TrainConfig(
-        steps=args.steps, phases=args.phases, batch=args.batch, lr=args.lr, seed=args.seed
-    )
-    log = train_target(args.out, cfg, init=args.init)
+    from glance.toy.world import TargetSize, TrainConfig, save_json, train_target
+
+    conf = yaml.safe_load(args.config.read_text(encoding="utf-8"))
+    if not isinstance(conf, dict) or not isinstance(conf.get("train"), dict):
+        raise SystemExit(f"{args.config}: expected a target config with a train: mapping")
+    given = {k: getattr(args, k) for k in ("steps", "phases", "batch", "lr", "seed")}
+    train = conf["train"] | {k: v for k, v in given.items() if v is not None}
+    if args.init is not None:
+        train["init"] = str(args.init)
+    cfg, size = TrainConfig(**train), TargetSize(**conf.get("size") or {})
+    log = train_target(args.out, cfg, size)
+    log["how"] = "python -m glance.toy " + " ".join(sys.argv[1:])
     save_json(Path(args.out) / "train_log.json", log)
     return log
 
@@ -115,12 +124,18 @@ def main(argv=None) -> None:
     p.add_argument("--seed", type=int, default=1)
     p = sub.add_parser("target", help="train and save the tiny Qwen3-VL target")
     p.add_argument("--out", type=Path, required=True)
-    p.add_argument("--steps", type=int, default=3000)
-    p.add_argument("--phases", type=int, default=2, help="cosine cycles, seeds seed..")
-    p.add_argument("--batch", type=int, default=32)
-    p.add_argument("--lr", type=float, default=3e-3)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--init", type=Path, help="continue from this saved toy target")
+    p.add_argument(
+        "--config",
+        type=Path,
+        default=Path("conf/target/toy.yaml"),
+        help="the target config whose train: and size: to use (the pipeline's by default)",
+    )
+    p.add_argument("--steps", type=int, help="override train.steps")
+    p.add_argument("--phases", type=int, help="override train.phases")
+    p.add_argument("--batch", type=int, help="override train.batch")
+    p.add_argument("--lr", type=float, help="override train.lr")
+    p.add_argument("--seed", type=int, help="override train.seed")
+    p.add_argument("--init", type=Path, help="override train.init: start from this target")
     p = sub.add_parser("head", help="train and save a DFlash head on the target's own answers")
     p.add_argument("--target", type=Path, required=True)
     p.add_argument("--out", type=Path, required=True)

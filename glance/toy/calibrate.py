@@ -21,22 +21,28 @@ import numpy as np
 import torch
 
 from glance.toy.config import TrainConfig
-from glance.toy.soft import Knobs, train_soft_target
+from glance.toy.writer import Knobs, using
 
 __all__ = ["Short", "calibrate"]
 
 
 @dataclass(frozen=True)
 class Short:
-    """The short run's sizes: target steps (from ``init`` when given), corpus
-    prompts (greedy and sampled), head steps, and prompts decoded a task."""
+    """The short run's sizes: target steps (from the reader ``target.init``),
+    corpus prompts (greedy and sampled), head steps, and prompts decoded a task."""
 
     target: TrainConfig = field(
         default_factory=lambda: TrainConfig(
-            steps=300, batch=16, lr=2e-3, warmup=30, long_every=4, context=1536, eval_every=0
+            steps=300,
+            batch=16,
+            lr=2e-3,
+            warmup=30,
+            long_every=4,
+            context=1536,
+            eval_every=0,
+            init="models/toy-reader",
         )
     )
-    init: str | None = "models/toy-target"
     greedy: int = 160
     sampled: int = 160
     heldout: int = 16
@@ -44,6 +50,7 @@ class Short:
     n: int = 20
     budget: int = 63
     context: int = 1536
+    context_share: float = 0.25
     seed: int = 0
 
 
@@ -110,17 +117,20 @@ def calibrate(
     the target's entropy agreement, and the seconds of each part. With
     ``keep``, a folder, the try's target and head are saved there (``target/``,
     ``head/``) for a closer look."""
+    knobs, short = knobs or Knobs(), short or Short()
+    with using(knobs):
+        return _calibrate(knobs, short, progress, keep)
+
+
+def _calibrate(knobs: Knobs, short: Short, progress, keep) -> dict:
     from glance.toy.config import HeadTrain
     from glance.toy.evaluate import evaluate_decoding
     from glance.toy.tasks import TASKS, write_task
-    from glance.toy.world import toy_corpus
+    from glance.toy.world import fit_target, save_processor, toy_corpus
     from glance.training.block import HeadConfig, train_head
 
-    knobs, short = knobs or Knobs(), short or Short()
     seconds, clock = {}, time.perf_counter()
-    target, processor, tlog = train_soft_target(
-        short.target, knobs=knobs, progress=progress, init=short.init
-    )
+    target, processor, tlog = fit_target(short.target, progress=progress)
     seconds["target"] = time.perf_counter() - clock
 
     clock = time.perf_counter()
@@ -134,6 +144,7 @@ def calibrate(
         sampled=short.sampled,
         long_share=0.05,
         context=short.context,
+        context_share=short.context_share,
         heldout=short.heldout,
         max_new_tokens=704,
         seed=short.seed,
@@ -165,7 +176,7 @@ def calibrate(
     seconds["decode"] = time.perf_counter() - clock
     if keep is not None:
         target.save_pretrained(Path(keep) / "target")
-        processor.save_pretrained(Path(keep) / "target")
+        save_processor(processor, Path(keep) / "target")
         head.save_pretrained(Path(keep) / "head")
     tasks, pooled = {}, []
     for task, d in decoding.items():
@@ -214,8 +225,9 @@ def main(
         given["voices"] = base | {t: Voice(*v) for t, v in given["voices"].items()}
     sizes = json.loads(sizes_json) if sizes_json else {}
     short = Short()
-    if "target_steps" in sizes:
-        short = replace(short, target=replace(short.target, steps=sizes.pop("target_steps")))
+    for key, name in (("target_steps", "steps"), ("init", "init")):
+        if key in sizes:
+            short = replace(short, target=replace(short.target, **{name: sizes.pop(key)}))
     short = replace(short, **sizes)
     torch.set_num_threads(2)
     result = calibrate(Knobs(**given), short, progress=progress, keep=keep)

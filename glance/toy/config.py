@@ -48,6 +48,9 @@ class TrainConfig:
     #: included) every ``eval_every`` steps and at the end of each phase: 0 for none
     eval_every: int = 250
     heldout_batches: int = 8
+    #: a saved toy target to start from (its reading), or ``None`` for a fresh
+    #: model; a relative path is taken from the working directory
+    init: str | None = None
 
 
 @dataclass(frozen=True)
@@ -56,8 +59,8 @@ class HeadTrain:
 
     The corpus is the target's own answers, regenerated: ``greedy`` prompts
     answered greedily and ``sampled`` at temperature 1, up to
-    ``max_new_tokens`` each, ``long_share`` of them longform answers and as
-    many with up to ``context`` filler tokens, and ``heldout`` greedy answers
+    ``max_new_tokens`` each, ``long_share`` of them longform answers and
+    ``context_share`` with up to ``context`` filler tokens, and ``heldout`` greedy answers
     from another seed for the held-out loss. The head has ``layers`` layers and
     drafts blocks of ``block_size``; ``mask_span`` ``variable`` reveals a prefix
     of the block in half the steps, which ``extend_budget`` needs."""
@@ -74,10 +77,12 @@ class HeadTrain:
     heldout: int
     max_new_tokens: int
     seed: int
+    context_share: float = 0.0
 
     def corpus(self) -> dict:
         """:func:`glance.toy.world.toy_corpus`'s keyword arguments."""
-        keys = ("greedy", "sampled", "seed", "max_new_tokens", "long_share", "context", "heldout")
+        keys = ("greedy", "sampled", "seed", "max_new_tokens", "long_share", "context")
+        keys += ("context_share", "heldout")
         return {k: getattr(self, k) for k in keys}
 
 

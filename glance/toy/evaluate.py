@@ -31,8 +31,8 @@ def evaluate_target(model, processor, data_dir, n: int | None = None, tasks=TASK
 
     ``copy_rate`` is the share of the answers' grounded parts (copied off the
     page) that the greedy answer reproduces exactly; ``free_legal`` the share of
-    its free letters that the successor table allows
-    (:func:`glance.toy.tasks.score_answer`). Greedy decoding runs through
+    its free characters that the writer allows in their context
+    (:meth:`glance.toy.writer.World.score`). Greedy decoding runs through
     :func:`glance.greedy_generate` from the processor's inputs (the real path).
     ``entropy`` is the target's mean next-token entropy over the reference
     answer's characters, teacher-forced.
@@ -42,7 +42,7 @@ def evaluate_target(model, processor, data_dir, n: int | None = None, tasks=TASK
     import glance
     from glance.data.tasks import read_task
     from glance.targets.vl import chat_inputs
-    from glance.toy.tasks import STYLES, score_answer
+    from glance.toy.writer import default_world
 
     data_dir = Path(data_dir)
     encoder = Encoder(processor.tokenizer)
@@ -65,7 +65,7 @@ def evaluate_target(model, processor, data_dir, n: int | None = None, tasks=TASK
             )
             text = processor.tokenizer.decode(ids[0, prompt.shape[1] :], skip_special_tokens=True)
             lengths.append(len(text))
-            for key, value in score_answer(r["parts"], STYLES[task], text).items():
+            for key, value in default_world().score(task, r["parts"], text).items():
                 totals[key] += value
             example = make_example_from_record(task, r)
             with torch.no_grad():

@@ -22,27 +22,14 @@ def build_qwen2_5_vl_target(tokenizer, size: TargetSize | None = None, seed: int
     (the page is 80 patches, smaller than any window), one glyph a patch."""
     import transformers as tf
 
+    from glance.toy.world import text_config
+
     size = size or TargetSize()
     torch.manual_seed(seed)
-    head_dim = size.hidden // size.heads
-    half = head_dim // 2
-    section = [half - 2 * (half // 3), half // 3, half // 3]
     ids = tokenizer.convert_tokens_to_ids
+    text = text_config(tokenizer, size) | {"tie_word_embeddings": False}
     config = tf.Qwen2_5_VLConfig(
-        text_config=dict(
-            vocab_size=len(tokenizer),
-            hidden_size=size.hidden,
-            intermediate_size=2 * size.hidden,
-            num_hidden_layers=size.layers,
-            num_attention_heads=size.heads,
-            num_key_value_heads=size.heads,
-            max_position_embeddings=2048,
-            rope_parameters={"rope_type": "default", "rope_theta": 100.0, "mrope_section": section},
-            bos_token_id=None,
-            eos_token_id=ids("<|im_end|>"),
-            pad_token_id=ids("<|endoftext|>"),
-            tie_word_embeddings=False,
-        ),
+        text_config=text,
         vision_config=dict(
             depth=size.vision_depth,
             hidden_size=size.vision_hidden,

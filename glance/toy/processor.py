@@ -1,15 +1,19 @@
 """The toy world's tokenizer and processor: one character per token, the
 Qwen-VL special tokens, and Qwen3-VL's processor with one glyph cell per
-vision patch. Importing this module registers the processor, so
-:func:`glance.targets.vl.load_target` loads a saved toy target; it imports no
-torch and nothing of the decoder or the trainers.
+vision patch. :func:`save_processor` writes them as a Qwen3-VL hub checkpoint
+lays out its processor files, so a saved toy target loads with plain
+``transformers`` (``AutoProcessor`` where torchvision is installed, which
+Qwen3-VL's video processor needs) and with
+:func:`glance.targets.vl.load_target` everywhere. Imports no torch and nothing
+of the decoder or the trainers.
 """
 
 from __future__ import annotations
 
-import functools
+import json
+from pathlib import Path
 
-from glance.targets.vl import register_processor, without_video
+from glance.targets.vl import without_video
 from glance.toy.tasks import ALPHABET, CELL, COLS, ROWS
 
 __all__ = [
@@ -21,7 +25,7 @@ __all__ = [
     "TEMPORAL",
     "build_processor",
     "build_tokenizer",
-    "processor_class",
+    "save_processor",
 ]
 
 SPECIAL = (
@@ -69,26 +73,9 @@ def build_tokenizer():
     return tokenizer
 
 
-@functools.cache
-def processor_class():
-    """The toy processor class (built on first use, so importing needs no transformers)."""
-    from transformers import Qwen3VLProcessor
-
-    class GlanceToyProcessor(without_video(Qwen3VLProcessor)):
-        """Qwen3-VL's processor without the video processor (which needs
-        torchvision): image and text only, same chat flow and token expansion."""
-
-    return GlanceToyProcessor
-
-
-# Checkpoints saved with this processor name it in processor_config.json;
-# glance.targets.vl.load_target finds it here once this module is imported.
-register_processor("GlanceToyProcessor", processor_class)
-
-
 def build_processor():
     """Tokenizer + Qwen-VL image processor (patch = one glyph cell, merge 1)."""
-    from transformers import Qwen2VLImageProcessorPil
+    from transformers import Qwen2VLImageProcessorPil, Qwen3VLProcessor
 
     image_processor = Qwen2VLImageProcessorPil(
         patch_size=PATCH,
@@ -100,4 +87,33 @@ def build_processor():
         min_pixels=PATCH * PATCH,
         max_pixels=ROWS * COLS * CELL * CELL * 4,
     )
-    return processor_class()(image_processor, build_tokenizer(), chat_template=CHAT_TEMPLATE)
+    processor = without_video(Qwen3VLProcessor)
+    return processor(image_processor, build_tokenizer(), chat_template=CHAT_TEMPLATE)
+
+
+def save_processor(processor, folder) -> None:
+    """Write ``processor``'s files into ``folder`` as a Qwen3-VL hub checkpoint
+    has them: the tokenizer, ``preprocessor_config.json`` naming
+    ``Qwen3VLProcessor``, ``video_preprocessor_config.json`` (the same patch
+    geometry; the toy has no video) and the chat template."""
+    from glance._io import atomic_write_text
+
+    folder = Path(folder)
+    processor.tokenizer.save_pretrained(folder)
+    processor.image_processor.save_pretrained(folder)
+    image = json.loads((folder / "preprocessor_config.json").read_text(encoding="utf-8"))
+    image["processor_class"] = "Qwen3VLProcessor"
+    shared = ("patch_size", "temporal_patch_size", "merge_size", "image_mean", "image_std")
+    shared += ("do_rescale", "rescale_factor", "do_normalize", "do_convert_rgb", "size")
+    video = {k: image[k] for k in shared} | {
+        "video_processor_type": "Qwen3VLVideoProcessor",
+        "processor_class": "Qwen3VLProcessor",
+        "do_resize": False,
+        "do_sample_frames": False,
+    }
+    for name, data in (
+        ("preprocessor_config.json", image),
+        ("video_preprocessor_config.json", video),
+    ):
+        atomic_write_text(folder / name, json.dumps(data, indent=2, sort_keys=True) + "\n")
+    atomic_write_text(folder / "chat_template.jinja", processor.chat_template)

@@ -5,35 +5,25 @@ cells, each cell ``CELL`` x ``CELL`` pixels holding one character, so one
 vision patch is one glyph. The question comes before the image in the prompt.
 
 An answer walks the page item by item (a line, a field, a value). Each item
-is a **grounded** part, copied off the page, followed by **free** words: short
-words whose letters the writer chooses, each uniformly among ``m`` letters
-that a fixed second-order table allows after the two characters before it
-(:data:`SUCCESSORS`). The free letters are where the target is uncertain, and
-where its greedy choice is a near-tie that a drafter has to guess; the copied
-parts are read off the page and are near-deterministic. The tasks differ in
-how much of an answer is free and in ``m``:
+is a **grounded** part, copied off the page, followed by a run of **free**
+text that the writer (:mod:`glance.toy.writer`) chooses, each character from
+a distribution that depends on the two characters before it, sharpened by the
+task's voice, and word breaks free too. The free characters are where the
+target is uncertain, by an amount that varies continuously from context to
+context; the copied parts are read off the page and are near-deterministic.
+The tasks differ in the page, in how long each free run is and in how sharp
+its distributions are (``docs/world.md`` has the table, and why).
 
-=========  ====================================  =====  ===  ==========  =========
-task       one item                              free   m    free share  nats/char
-=========  ====================================  =====  ===  ==========  =========
-caption    a word on line i, then 4 free words   4 x 3  4    0.53        0.73
-textvqa    a word on line i, then 3 free words   3 x 3  3    0.43        0.47
-infovqa    item and count, then 3 free words     3 x 3  2    0.42        0.29
-docvqa     field and value, then 3 free words    3 x 3  2    0.35        0.24
-chartqa    two chart values, then 1 free word    1 x 3  2    0.28        0.19
-=========  ====================================  =====  ===  ==========  =========
-
-(free: words x letters per item; the share counts free letters over all
-characters, and nats/char is the writer's entropy per character.) Answers
-run 100 to 130 characters, far past a 16-token block. ``longform`` (the
-caption at length, about 570 characters) serves the bench's length curve, and
-``transcribe`` (copy the page) is a training-only drill.
+Answers run 100 to 130 characters, far past a 16-token block. ``longform``
+(the caption at length, about 570 characters) serves the bench's length
+curve, and ``transcribe`` (copy the page) is a training-only drill.
 
 :func:`make_example` draws one example; ``answer`` is one draw of the writer,
-and :meth:`Example.sample_answer` draws another phrasing of the same page (the
-grounded parts fixed, the free letters redrawn), as training text.
-:func:`write_task` writes ``<task>.jsonl`` plus PNG images, deterministically
-from a seed. Needs numpy and Pillow.
+``marks`` what each free character could have been, and
+:meth:`Example.sample_answer` draws another phrasing of the same page (the
+grounded parts fixed, the free characters redrawn). :func:`write_task`
+writes ``<task>.jsonl`` plus PNG images, deterministically from a seed.
+Needs numpy and Pillow.
 """
 
 from __future__ import annotations
@@ -41,7 +31,7 @@ from __future__ import annotations
 import functools
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -64,7 +54,8 @@ ITEMS = ("figs", "pears", "limes", "plums", "dates", "kiwis", "yams", "beets")
 FIELDS = ("name", "city", "code", "date", "team")  # equal length: values line up
 
 #: The free letters' second-order table: after characters ``a, b`` the writer
-#: may use ``SUCCESSORS[ALPHABET.index(a), ALPHABET.index(b), :m]``. A fixed
+#: may use the first ``k`` letters of ``SUCCESSORS[ALPHABET.index(a),
+#: ALPHABET.index(b)]`` (:func:`glance.toy.writer.successor_rows`). A fixed
 #: constant of the world (not of a task draw): the target learns it once.
 SUCCESSORS = np.stack(
     [np.random.default_rng([12, i]).permutation(len(LETTERS)) for i in range(len(ALPHABET) ** 2)]
@@ -72,34 +63,14 @@ SUCCESSORS = np.stack(
 
 
 @dataclass(frozen=True)
-class Style:
-    """How a task writes one item: ``words`` free words of ``letters`` letters
-    after the grounded part, each letter one of ``m`` allowed ones."""
-
-    words: int
-    letters: int
-    m: int
-
-
-#: The calibration knobs, chosen so that the share of free letters and their
-#: entropy fall from caption to chartqa (see the module docstring).
-STYLES = {
-    "caption": Style(4, 3, 4),
-    "textvqa": Style(3, 3, 3),
-    "infovqa": Style(3, 3, 2),
-    "docvqa": Style(3, 3, 2),
-    "chartqa": Style(1, 3, 2),
-}
-STYLES["longform"] = STYLES["caption"]
-
-
-@dataclass(frozen=True)
 class Example:
     """One task example: the page's lines, the prompt, and the answer.
 
     ``parts`` is the answer's skeleton: strings are written as they are
-    (grounded or fixed text), and ``None`` marks one free word of ``style``.
-    ``answer`` is one draw of the free words; :meth:`sample_answer` draws more.
+    (grounded or fixed text), and ``None`` marks one run of free words
+    (:meth:`glance.toy.writer.World.skeleton`). ``answer`` is one draw of the
+    writer, ``marks`` what each of its free characters could have been
+    (:func:`glance.toy.writer.write_marked`); :meth:`sample_answer` draws more.
     """
 
     task: str
@@ -107,28 +78,19 @@ class Example:
     prompt: str
     answer: str
     parts: tuple = ()
-    style: Style | None = None
+    marks: tuple = field(default=(), compare=False, repr=False)
+
+    def sample_marked(self, rng: np.random.Generator) -> tuple[str, list]:
+        """Another answer to the page (the grounded parts fixed, the free
+        characters redrawn) and its marks."""
+        if not self.parts:
+            return self.answer, []
+        from glance.toy.writer import default_world
+
+        return default_world().write(self.task, self.parts, rng)
 
     def sample_answer(self, rng: np.random.Generator) -> str:
-        return write(self.parts, self.style, rng) if self.parts else self.answer
-
-
-def free_word(before: str, style: Style, rng: np.random.Generator) -> str:
-    """One free word: ``style.letters`` letters, each drawn uniformly from the
-    ``style.m`` letters the table allows after the two characters before it."""
-    text = before[-2:].rjust(2)
-    for _ in range(style.letters):
-        a, b = ALPHABET.index(text[-2]), ALPHABET.index(text[-1])
-        text += LETTERS[int(SUCCESSORS[a, b, int(rng.integers(style.m))])]
-    return text[2:]
-
-
-def write(parts, style: Style | None, rng: np.random.Generator) -> str:
-    """The answer text of a skeleton: fixed parts as they are, free words drawn."""
-    text = ""
-    for part in parts:
-        text += free_word(text, style, rng) if part is None else part
-    return text
+        return self.sample_marked(rng)[0]
 
 
 def _word(rng, exclude=()):
@@ -141,23 +103,16 @@ def _alnum(rng, n):
     return "".join(pool[int(i)] for i in rng.integers(len(pool), size=n))
 
 
-def _free(style: Style, sep: str = " ") -> list:
-    out = []
-    for _ in range(style.words):
-        out += [sep, None]
-    return out
-
-
 def _word_lines(rng):
     return [f"{_word(rng)} {_word(rng)}"[:COLS] for _ in range(ROWS)]
 
 
-def _weave(task: str, copies, sep: str, lead=()) -> list:
-    """An answer's parts: each copied span, then the task's free letters and
-    ``sep``; a full stop replaces the last ``sep``."""
+def _weave(copies, sep: str, lead=()) -> list:
+    """An answer's parts: each copied span, then a run of the task's free
+    words and ``sep``; a full stop replaces the last ``sep``."""
     parts = list(lead)
     for copy in copies:
-        parts += [copy, *_free(STYLES[task]), sep]
+        parts += [copy, " ", None, sep]
     parts[-1] = "."
     return parts
 
@@ -165,7 +120,7 @@ def _weave(task: str, copies, sep: str, lead=()) -> list:
 def _caption(rng, repeats: int = 1, prompt: str = "describe the page."):
     lines = _word_lines(rng)
     words = [line.split()[(r + i) % 2] for r in range(repeats) for i, line in enumerate(lines)]
-    return lines, prompt, _weave("caption", words, ", ")
+    return lines, prompt, _weave(words, ", ")
 
 
 def _longform(rng):
@@ -175,26 +130,26 @@ def _longform(rng):
 def _textvqa(rng):
     lines = _word_lines(rng)
     words = [line.split()[i % 2] for i, line in enumerate(lines)]
-    return lines, "read a word from each line.", _weave("textvqa", words, "; ", ["the words: "])
+    return lines, "read a word from each line.", _weave(words, "; ", ["the words: "])
 
 
 def _infovqa(rng):
     items = list(rng.choice(ITEMS, size=ROWS, replace=False))
     counts = [int(c) for c in rng.integers(10, 100, size=ROWS)]
     lines = [f"{it} {c}" for it, c in zip(items, counts, strict=True)]
-    return lines, "count each item.", _weave("infovqa", lines, "; ")
+    return lines, "count each item.", _weave(lines, "; ")
 
 
 def _docvqa(rng):
     lines = [f"{f} {_alnum(rng, 7)}" for f in FIELDS]
-    return lines, "copy every field.", _weave("docvqa", lines, "; ")
+    return lines, "copy every field.", _weave(lines, "; ")
 
 
 def _chartqa(rng):
     values = [f"{int(x):02d}" for x in rng.integers(10, 100, size=4 * ROWS)]
     lines = [" ".join(values[i : i + 4]) for i in range(0, len(values), 4)]
     pairs = [f"{values[i]} {values[i + 1]}" for i in range(0, len(values), 2)]
-    return lines, "list the chart values.", _weave("chartqa", pairs, ", ")
+    return lines, "list the chart values.", _weave(pairs, ", ")
 
 
 def _transcribe(rng):
@@ -222,35 +177,16 @@ _MAKERS[AUX_TASK] = _transcribe
 WRITABLE = (*TASKS, LONG_TASK)
 
 
-def score_answer(parts, style: Style, text: str) -> dict:
-    """How well ``text`` follows an answer skeleton: of its grounded parts, how
-    many it reproduces exactly (``copied``), and of its free letters, how many
-    the table allows (``allowed``), each out of the skeleton's count."""
-    pos = copied = allowed = n_copy = n_free = 0
-    for part in parts:
-        if part is not None:
-            n_copy += 1
-            copied += text[pos : pos + len(part)] == part
-            pos += len(part)
-            continue
-        for _ in range(style.letters):
-            n_free += 1
-            ctx = text[max(0, pos - 2) : pos].rjust(2)
-            ch = text[pos : pos + 1]
-            if ch in LETTERS and all(c in ALPHABET for c in ctx):
-                row = SUCCESSORS[ALPHABET.index(ctx[0]), ALPHABET.index(ctx[1])]
-                allowed += LETTERS.index(ch) in row[: style.m]
-            pos += 1
-    return {"copied": copied, "grounded": n_copy, "allowed": allowed, "free": n_free}
-
-
 def make_example(task: str, rng: np.random.Generator) -> Example:
     """Draw one example of ``task`` from ``rng``."""
     if task not in _MAKERS:
         raise ValueError(f"unknown task {task!r}; expected one of {WRITABLE} or {AUX_TASK!r}")
+    from glance.toy.writer import default_world
+
     lines, prompt, parts = _MAKERS[task](rng)
-    style = STYLES.get(task)
-    answer = write(parts, style, rng)
+    world = default_world()
+    parts = world.skeleton(task, parts)
+    answer, marks = world.write(task, parts, rng)
     if len(lines) > ROWS:
         raise AssertionError(f"{task}: {len(lines)} lines do not fit a page of {ROWS}")
     lines = tuple(lines) + ("",) * (ROWS - len(lines))
@@ -258,7 +194,7 @@ def make_example(task: str, rng: np.random.Generator) -> Example:
         bad = set(text) - set(ALPHABET)
         if bad or any(len(line) > COLS for line in lines):
             raise AssertionError(f"{task}: text outside the page or alphabet: {text!r}")
-    return Example(task, lines, prompt, answer, tuple(parts), style)
+    return Example(task, lines, prompt, answer, tuple(parts), tuple(marks))
 
 
 @functools.cache

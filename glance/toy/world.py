@@ -26,6 +26,7 @@ from glance.toy.processor import (
     TEMPORAL,
     build_processor,
     build_tokenizer,
+    save_processor,
 )
 from glance.toy.tasks import (
     ALPHABET,
@@ -40,6 +41,35 @@ from glance.toy.tasks import (
 )
 
 
+def text_config(tokenizer, size: TargetSize, **rope) -> dict:
+    """The toy target's text tower for ``tokenizer``'s vocabulary, of
+    ``size``, as a config dict: what both families share (``rope``: extra
+    keys of ``rope_parameters``)."""
+    head_dim = size.hidden // size.heads
+    half = head_dim // 2
+    section = [half - 2 * (half // 3), half // 3, half // 3]
+    ids = tokenizer.convert_tokens_to_ids
+    return dict(
+        vocab_size=len(tokenizer),
+        hidden_size=size.hidden,
+        intermediate_size=2 * size.hidden,
+        num_hidden_layers=size.layers,
+        num_attention_heads=size.heads,
+        num_key_value_heads=size.heads,
+        head_dim=head_dim,
+        max_position_embeddings=2048,
+        rope_parameters={
+            "rope_type": "default",
+            "rope_theta": 100.0,
+            "mrope_section": section,
+            **rope,
+        },
+        bos_token_id=None,
+        eos_token_id=ids("<|im_end|>"),
+        pad_token_id=ids("<|endoftext|>"),
+    )
+
+
 def build_target(tokenizer, size: TargetSize | None = None, seed: int = 0):
     """A fresh tiny ``Qwen3VLForConditionalGeneration`` for ``tokenizer``'s
     vocabulary, of ``size`` (:class:`TargetSize`'s defaults when ``None``)."""
@@ -47,30 +77,9 @@ def build_target(tokenizer, size: TargetSize | None = None, seed: int = 0):
 
     size = size or TargetSize()
     torch.manual_seed(seed)
-    head_dim = size.hidden // size.heads
-    half = head_dim // 2
-    section = [half - 2 * (half // 3), half // 3, half // 3]
     ids = tokenizer.convert_tokens_to_ids
     config = tf.Qwen3VLConfig(
-        text_config=dict(
-            vocab_size=len(tokenizer),
-            hidden_size=size.hidden,
-            intermediate_size=2 * size.hidden,
-            num_hidden_layers=size.layers,
-            num_attention_heads=size.heads,
-            num_key_value_heads=size.heads,
-            head_dim=head_dim,
-            max_position_embeddings=2048,
-            rope_parameters={
-                "rope_type": "default",
-                "rope_theta": 100.0,
-                "mrope_section": section,
-                "mrope_interleaved": True,
-            },
-            bos_token_id=None,
-            eos_token_id=ids("<|im_end|>"),
-            pad_token_id=ids("<|endoftext|>"),
-        ),
+        text_config=text_config(tokenizer, size, mrope_interleaved=True),
         vision_config=dict(
             depth=size.vision_depth,
             hidden_size=size.vision_hidden,
@@ -181,37 +190,54 @@ def answer_loss(model, batch) -> tuple[torch.Tensor, torch.Tensor]:
     return loss, entropy
 
 
-def train_target(
-    out_dir,
+def fit_target(
     cfg: TrainConfig | None = None,
     size: TargetSize | None = None,
     progress: bool = True,
-    init=None,
-) -> dict:
-    """Train the toy target on a mix of the five tasks (and the reading drill), and save it.
+) -> tuple:
+    """Train a toy target on a mix of the five tasks (and the reading drill):
+    ``(model, processor, log)``.
 
-    Examples are drawn afresh each step from a generator seeded by ``cfg.seed``,
-    so a seed gives the same model on one machine; with ``cfg.phases`` above 1
-    the schedule restarts that many times (see :class:`TrainConfig`). ``init``,
-    a saved toy target, continues training from its weights. Writes the model and the processor to
-    ``out_dir`` (built in a temporary folder, then renamed into place) and
-    returns the training log: seconds, final loss, steps, and with
-    ``cfg.eval_every`` each phase's held-out curve and the last held-out loss.
+    The loss is :func:`glance.toy.soft.soft_loss`: at a free character the
+    cross-entropy against the writer's own distribution, elsewhere against the
+    next token. Examples are drawn afresh each step from a generator seeded by
+    ``cfg.seed``, so a seed gives the same model on one machine; with
+    ``cfg.phases`` above 1 the schedule restarts that many times (see
+    :class:`TrainConfig`). ``cfg.init``, a saved toy target, starts from its
+    weights (its reading) instead of a fresh model. The log holds the seconds,
+    final loss and steps, with ``cfg.eval_every`` each phase's held-out curve
+    and the last held-out loss, and ``agreement``: the target's entropy
+    against the writer's on held-out pages
+    (:func:`glance.toy.soft.entropy_agreement`).
     """
     from tqdm import tqdm
 
-    from glance._io import replace_dir
+    from glance.toy.soft import entropy_agreement
 
     cfg, size = cfg or TrainConfig(), size or TargetSize()
-
     torch.manual_seed(cfg.seed)
     processor = build_processor()
     encoder = Encoder(processor.tokenizer)
-    model = build_target(processor.tokenizer, size, seed=cfg.seed)
-    if init is not None:
+    if cfg.init is not None:
         from transformers import Qwen3VLForConditionalGeneration
 
-        model = Qwen3VLForConditionalGeneration.from_pretrained(init, dtype=torch.float32)
+        from glance._io import load_strict
+
+        model = load_strict(
+            Qwen3VLForConditionalGeneration,
+            Path(cfg.init),
+            "target.train.init",
+            dtype=torch.float32,
+        )
+        text = model.config.text_config
+        if (text.hidden_size, text.num_hidden_layers) != (size.hidden, size.layers):
+            raise ValueError(
+                f"target.train.init {cfg.init}: hidden {text.hidden_size}, "
+                f"{text.num_hidden_layers} layers, but target.size asks for hidden "
+                f"{size.hidden}, {size.layers} layers"
+            )
+    else:
+        model = build_target(processor.tokenizer, size, seed=cfg.seed)
     model.train()
     table = glyph_table()
     logs = []
@@ -221,34 +247,48 @@ def train_target(
         bar = tqdm(range(cfg.steps), desc=desc, disable=not progress)
         logs.append(_train_phase(model, encoder, table, cfg, seed, bar))
     model.eval()
-
-    def save(tmp: Path) -> None:
-        model.save_pretrained(tmp)
-        processor.save_pretrained(tmp)
-
-    replace_dir(out_dir, save, "toy target", kind="target")
-    out = {
+    log = {
         "seconds": sum(x["seconds"] for x in logs),
         "steps": cfg.steps * cfg.phases,
         "phases": logs,
         "final_loss": logs[-1]["final_loss"],
     }
     if "heldout_curve" in logs[-1]:
-        out["heldout_loss"] = logs[-1]["heldout_curve"][-1][1]
-    return out
+        log["heldout_loss"] = logs[-1]["heldout_curve"][-1][1]
+    log["agreement"] = entropy_agreement(model, encoder, table)
+    return model, processor, log
+
+
+def train_target(
+    out_dir,
+    cfg: TrainConfig | None = None,
+    size: TargetSize | None = None,
+    progress: bool = True,
+) -> dict:
+    """:func:`fit_target`, saved: the model and its processor are written to
+    ``out_dir`` (built in a temporary folder, then renamed into place), as a
+    hub checkpoint lays them out. Returns the training log."""
+    from glance._io import replace_dir
+
+    model, processor, log = fit_target(cfg, size, progress)
+
+    def save(tmp: Path) -> None:
+        model.save_pretrained(tmp)
+        save_processor(processor, tmp)
+
+    replace_dir(out_dir, save, "toy target", kind="target")
+    return log
 
 
 def _train_phase(model, encoder, table, cfg: TrainConfig, seed: int, bar) -> dict:
-    """One phase of :func:`train_target`: ``cfg.steps`` steps of a fresh AdamW
+    """One phase of :func:`fit_target`: ``cfg.steps`` steps of a fresh AdamW
     with warm-up and cosine decay, on examples drawn from ``[seed, 1]``."""
     from glance.training.loop import PROBE_SEED, Clock, lr_at, optimizer_step
 
     rng, clock = np.random.default_rng([seed, 1]), Clock()
-    mix = (*TASKS, AUX_TASK)
     torch.manual_seed(seed)
-    weights = np.array(cfg.task_weights) / sum(cfg.task_weights)
-    decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
-    other = [p for n, p in model.named_parameters() if p.ndim < 2]
+    decay = [p for p in model.parameters() if p.ndim >= 2]
+    other = [p for p in model.parameters() if p.ndim < 2]
     optim = torch.optim.AdamW(
         [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": other, "weight_decay": 0}],
         lr=cfg.lr,
@@ -261,10 +301,7 @@ def _train_phase(model, encoder, table, cfg: TrainConfig, seed: int, bar) -> dic
         model.eval()
         with torch.no_grad():
             for i in range(cfg.heldout_batches):
-                batch = _phase_loss(
-                    model, encoder, table, cfg, held, mix=mix, weights=weights, step=i
-                )
-                batches.append(float(batch))
+                batches.append(float(_phase_loss(model, encoder, table, cfg, held, step=i)))
         model.train()
         return float(np.mean(batches))
 
@@ -273,7 +310,7 @@ def _train_phase(model, encoder, table, cfg: TrainConfig, seed: int, bar) -> dic
             with clock("heldout"):
                 curve.append([step, heldout()])
         with clock("loss"):
-            loss = _phase_loss(model, encoder, table, cfg, rng, mix=mix, weights=weights, step=step)
+            loss = _phase_loss(model, encoder, table, cfg, rng, step=step)
         losses.append(optimizer_step(optim, model, loss, lr_at(step, cfg), clock=clock))
         if step % 50 == 0:
             bar.set_postfix(loss=f"{np.mean(losses[-50:]):.3f}")
@@ -291,21 +328,28 @@ def _train_phase(model, encoder, table, cfg: TrainConfig, seed: int, bar) -> dic
     } | ({"heldout_curve": curve} if curve else {})
 
 
-def _phase_loss(model, encoder, table, cfg: TrainConfig, rng, *, mix, weights, step: int):
-    """One step's batch of :func:`_train_phase`, drawn from ``rng``, and its loss."""
+def _phase_loss(model, encoder, table, cfg: TrainConfig, rng, *, step: int):
+    """One step's batch of :func:`_train_phase`, drawn from ``rng``, and its
+    soft-labelled loss. Every ``cfg.long_every``-th step is a batch of long
+    sequences: filler before the question on all of them but one in two
+    batches' first, a ``longform`` answer."""
+    from glance.toy.soft import soft_batch, soft_loss
+
+    mix = (*TASKS, AUX_TASK)
+    weights = np.array(cfg.task_weights) / sum(cfg.task_weights)
     items, contexts = [], None
     if cfg.long_every and step % cfg.long_every == cfg.long_every - 1:
         contexts = []
         for b in range(cfg.long_batch):
-            long = b % 2 == 0
+            long = b == 0 and (step // cfg.long_every) % 2 == 0
             ex = make_example(LONG_TASK if long else TASKS[int(rng.integers(len(TASKS)))], rng)
-            items.append((ex, ex.sample_answer(rng)))
+            items.append((ex, ex.answer, ex.marks))
             contexts.append(0 if long else int(rng.integers(cfg.context + 1)))
     else:
         for _ in range(cfg.batch):
             ex = make_example(mix[int(rng.choice(len(mix), p=weights))], rng)
-            items.append((ex, ex.sample_answer(rng)))
-    loss, _ = answer_loss(model, make_batch(encoder, items, table, contexts))
+            items.append((ex, ex.answer, ex.marks))
+    loss, _ = soft_loss(model, soft_batch(encoder, items, table, contexts))
     return loss
 
 
@@ -343,11 +387,13 @@ def conversations(records, data_dir) -> list:
     ]
 
 
-def toy_prompts(n: int, seed: int, long_share: float = 0.0, context: int = 0) -> list:
+def toy_prompts(
+    n: int, seed: int, long_share: float = 0.0, context: int = 0, context_share: float = 0.0
+) -> list:
     """``n`` fresh training conversations, a uniform mix of the tasks (never the
     held-out files, which are drawn from other seeds). A ``long_share`` of them
-    are ``longform`` prompts and as many again carry up to ``context`` filler
-    tokens before the question, so a head sees the long outputs and long
+    are ``longform`` prompts and a ``context_share`` carry up to ``context``
+    filler tokens before the question, so a head sees the long outputs and long
     prompts the bench and panel (c) decode. Ordered short, then with context,
     then longform, so batches of similar length decode together."""
     from glance.targets.vl import filler
@@ -355,7 +401,7 @@ def toy_prompts(n: int, seed: int, long_share: float = 0.0, context: int = 0) ->
     tokenizer = build_tokenizer()
     rng = np.random.default_rng([seed, 99])
     n_long = int(round(n * long_share))
-    n_ctx = n_long if context else 0
+    n_ctx = int(round(n * context_share)) if context else 0
     out = []
     for i in range(n):
         kind = "long" if i >= n - n_long else "context" if i >= n - n_long - n_ctx else "short"
@@ -378,6 +424,7 @@ def toy_parts(
     long_share: float,
     context: int,
     heldout: int,
+    context_share: float = 0.0,
     **_,
 ) -> list:
     """The toy corpus's conversations (:class:`~glance.training.corpus.Part`):
@@ -387,7 +434,7 @@ def toy_parts(
     from glance.training.corpus import Part
 
     def part(name, n, prompt_seed, temperature=0.0, share=long_share, ctx=context):
-        convs = toy_prompts(n, prompt_seed, share, ctx)
+        convs = toy_prompts(n, prompt_seed, share, ctx, context_share)
         return Part(name, "toy", convs, range(n), temperature, prompt_seed)
 
     parts = [part("train", greedy, seed)]

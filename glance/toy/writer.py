@@ -1,32 +1,37 @@
-"""The fourth world's writer: free letters from distributions that vary by context.
+"""The toy world's writer: free text from distributions that vary by context.
 
-Not used by any stage yet (issue 43, ``notes/issue43/README.md``). Today's
-writer (:func:`glance.toy.tasks.free_word`) draws a free letter uniformly from
-the ``m`` letters :data:`~glance.toy.tasks.SUCCESSORS` allows after the two
-characters before it, so a position's entropy is either about 0 or ``ln m``.
-Here every context ``(a, b)`` has its own distribution over ``K`` allowed
-letters, drawn once from a symmetric Dirichlet whose concentration ``alpha``
-grades a task: a small ``alpha`` gives peaked rows (low entropy, a clear
-favourite), a large one flat rows. Within a task the rows' entropies, and the
-margins between their first and second letters, spread continuously.
+Every context ``(a, b)`` of two characters has its own distribution over
+``K`` allowed letters, drawn once from a symmetric Dirichlet with
+concentration ``alpha``, and each task raises it to its own power ``beta``
+(:class:`Voice`): a large ``beta`` gives peaked rows (low entropy, a clear
+favourite), a small one flat rows. Within a task the rows' entropies, and the
+margins between their first and second letters, spread continuously. Word
+breaks inside a run of free text are drawn too (:func:`space_table`).
 
 The rows are constants of the world (seeded), so a target can learn them
-exactly; the writer returns, with each letter, the row it was drawn from, so a
-target can be trained on the distribution itself and a position's entropy is
-known. Needs numpy only.
+exactly; the writer returns, with each character, the row it was drawn from,
+so a target can be trained on the distribution itself
+(:mod:`glance.toy.soft`) and a position's entropy is known. :class:`World`
+writes the tasks' answers with the :class:`Knobs`; :func:`default_world` is
+the one every task uses. Needs numpy only.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import contextlib
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from glance.toy.tasks import ALPHABET, LETTERS, SUCCESSORS
 
 __all__ = [
+    "Knobs",
     "Rows",
     "Voice",
+    "World",
+    "default_world",
+    "using",
     "free_letters",
     "respace",
     "row_entropy",
@@ -182,3 +187,132 @@ def write_marked(parts, voice: Voice, rows, rng: np.random.Generator, spaces=Non
             text += letter
             context += letter
     return text, marks
+
+
+def _default_voices() -> dict:  # try 13, infovqa flatter (notes/issue43)
+    return {
+        "caption": Voice(5, 3, 0.3),
+        "textvqa": Voice(4, 3, 0.45),
+        "infovqa": Voice(4, 3, 0.55),
+        "docvqa": Voice(3, 3, 0.9),
+        "chartqa": Voice(2, 3, 1.2),
+    }
+
+
+@dataclass(frozen=True)
+class Knobs:
+    """The writer's knobs: base rows ``Dirichlet(alpha)`` over ``k`` letters
+    (drawn with ``row_seed``), and each task's :class:`Voice` (``longform``
+    writes as ``caption``). Why each value: ``docs/world.md``; the tries that
+    chose them: ``notes/issue43/tries``."""
+
+    alpha: float = 0.3
+    k: int = 8
+    row_seed: int = 0
+    voices: dict = field(default_factory=_default_voices)
+    #: each run of free words is sharpened by ``beta * exp(spread * z)``, ``z``
+    #: a fixed standard normal draw per last character of the grounded part
+    #: before the run: sharpness varies from item to item, persists through
+    #: the run, and is readable from the context. Off: a target trained for
+    #: minutes does not learn it (try 12)
+    spread: float = 0.0
+    #: above 0, a free item is one run of characters whose word breaks are
+    #: free too (mean probability of a break; :func:`space_table`)
+    space: float = 0.25
+
+
+class World:
+    """The free text of the toy tasks, written from :class:`Knobs`' rows:
+    given an answer skeleton (grounded parts and ``None`` for each run of
+    free words, as :mod:`glance.toy.tasks` weaves them), :meth:`write` draws
+    the answer and says, for each free character, what it could have been.
+    Needs numpy only."""
+
+    def __init__(self, knobs: Knobs | None = None):
+        self.knobs = knobs = knobs or Knobs()
+        self.base = successor_rows(knobs.alpha, knobs.k, knobs.row_seed)
+        self.z = np.random.default_rng([14, knobs.row_seed]).standard_normal(len(ALPHABET))
+        self.spaces = space_table(knobs.space, knobs.row_seed) if knobs.space else None
+        self._rows: dict = {}
+
+    def voice(self, task: str) -> Voice:
+        voices = self.knobs.voices
+        return voices[task] if task in voices else voices["caption"]
+
+    def rows(self, task: str):
+        """``task``'s rows: a :class:`Rows` without spread, else a function of
+        the grounded part before a run (as :func:`write_marked` takes)."""
+        beta = self.voice(task).beta
+        if not self.knobs.spread:
+            return self.sharp(beta)
+
+        def run(grounded: str) -> Rows:
+            key = grounded.rstrip()[-1:] or None
+            z = 0.0 if key is None else float(self.z[ALPHABET.index(key)])
+            return self.sharp(round(beta * float(np.exp(self.knobs.spread * z)), 6))
+
+        return run
+
+    def sharp(self, beta: float) -> Rows:
+        """The base rows sharpened by ``beta`` (cached)."""
+        if beta not in self._rows:
+            self._rows[beta] = sharpen(self.base, beta)
+        return self._rows[beta]
+
+    def skeleton(self, task: str, parts) -> list:
+        """``parts`` with each run of free words as the voice writes it: one
+        ``None`` a run when word breaks are free, else one a word."""
+        return respace(parts, 1 if self.spaces is not None else self.voice(task).words)
+
+    def write(self, task: str, parts, rng: np.random.Generator):
+        """``(text, marks)`` of :func:`write_marked` for a skeleton."""
+        return write_marked(parts, self.voice(task), self.rows(task), rng, self.spaces)
+
+    def score(self, task: str, parts, text: str) -> dict:
+        """How well ``text`` follows a skeleton: of its grounded parts, how many
+        it reproduces exactly (``copied``), and of its free characters, how
+        many the writer allows in their context (``allowed``), each out of the
+        skeleton's count (``grounded``, ``free``)."""
+        voice, pos = self.voice(task), 0
+        out = dict.fromkeys(("copied", "grounded", "allowed", "free"), 0)
+        length = voice.letters if self.spaces is None else voice.words * (voice.letters + 1) - 1
+        for part in parts:
+            if part is not None:
+                out["grounded"] += 1
+                out["copied"] += text[pos : pos + len(part)] == part
+                pos += len(part)
+                continue
+            for i in range(length):
+                out["free"] += 1
+                ctx, ch = text[max(0, pos - 2) : pos].rjust(2), text[pos : pos + 1]
+                if ch and ch in SYMBOLS and all(c in ALPHABET for c in ctx):
+                    row = self.base.ids[ALPHABET.index(ctx[0]), ALPHABET.index(ctx[1])]
+                    space_ok = self.spaces is not None and 0 < i < length - 1 and ctx[1] != " "
+                    out["allowed"] += (ch == " " and space_ok) or (
+                        ch in LETTERS and LETTERS.index(ch) in row
+                    )
+                pos += 1
+        return out
+
+
+_worlds: list = []
+
+
+def default_world() -> World:
+    """The world every task is written in: :class:`Knobs`' defaults, or the
+    knobs of the innermost :func:`using` block."""
+    if not _worlds:
+        _worlds.append(World(Knobs()))
+    return _worlds[-1]
+
+
+@contextlib.contextmanager
+def using(knobs: Knobs):
+    """Within the block, every task is written with ``knobs`` (the calibrate
+    command tries knobs this way; the pipeline never sets them)."""
+    default_world()
+    _worlds.append(World(knobs))
+    try:
+        yield _worlds[-1]
+    finally:
+        _worlds.pop()
