@@ -143,7 +143,10 @@ def test_the_built_config_holds_the_librarys_own_objects():
     assert isinstance(cfg, Config)
     assert isinstance(cfg.head.train, TrainRun) and cfg.head.train.steps == 6000
     assert isinstance(cfg.target.size, TargetSize) and isinstance(cfg.target.train, TrainConfig)
-    assert cfg.target.train.init == "models/toy-reader" and list(cfg.target.train.task_weights)[0] == 0.2
+    assert (
+        cfg.target.train.init == "models/toy-reader"
+        and list(cfg.target.train.task_weights)[0] == 0.2
+    )
     assert (
         isinstance(cfg.arms.assistant.train, TrainConfig) and cfg.arms.assistant.size.hidden == 64
     )
