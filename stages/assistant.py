@@ -2,7 +2,7 @@
 
     dvc repro stages/arms/dvc.yaml
 
-It is the toy target's recipe (``glance.toy.world.train_target``: the same
+It is the toy target's recipe (``glance.toy.soft.train_target``: the same
 task mix, tokenizer and processor) at a smaller size (``arms.assistant.size``)
 and for ``arms.assistant.train`` steps; the arms stage runs it as
 ``transformers``' assisted generation (``generate(assistant_model=...)``), the
@@ -24,7 +24,7 @@ def main(cfg) -> None:
     from dataclasses import asdict
 
     from glance.targets.vl import load_target
-    from glance.toy.world import train_target
+    from glance.toy.soft import train_target
 
     setup(cfg)
     info = read_json(Path(cfg.paths.target) / "target.json", "run the target stage first")

@@ -13,15 +13,10 @@ from PIL import Image
 from glance.data.tasks import read_task
 from glance.targets.vl import chat_inputs, load_target
 from glance.toy import tasks as T
+from glance.toy.config import TargetSize, TrainConfig
 from glance.toy.processor import build_processor
-from glance.toy.world import (
-    Encoder,
-    TargetSize,
-    TrainConfig,
-    glyph_table,
-    page_pixels,
-    train_target,
-)
+from glance.toy.soft import train_target
+from glance.toy.world import Encoder, glyph_table, page_pixels
 
 
 @pytest.fixture(scope="module")

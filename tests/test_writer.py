@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from glance.toy.tasks import ALPHABET, SUCCESSORS
+from glance.toy.alphabet import ALPHABET, SUCCESSORS
 from glance.toy.writer import free_letters, row_entropy, successor_rows
 
 
@@ -78,7 +78,7 @@ def test_sharpening_keeps_each_rows_favourite_and_orders_entropy():
 
 
 def test_marked_writing_reports_each_free_letter_and_its_row():
-    from glance.toy.tasks import LETTERS
+    from glance.toy.alphabet import LETTERS
     from glance.toy.writer import Voice, respace, write_marked
 
     parts = respace(["kiwi", " ", None, ", ", "cloud", " ", None, " ", None, "."], 3)

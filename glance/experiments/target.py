@@ -99,7 +99,7 @@ def toy_record(cfg, tmp: Path, out: Path) -> dict:
     from glance.pipeline.files import write_timing
     from glance.targets.vl import load_target
     from glance.toy.evaluate import evaluate_target
-    from glance.toy.world import train_target
+    from glance.toy.soft import train_target
 
     t, train_log = cfg.target, None
     if t.retrain:

@@ -31,7 +31,9 @@ def cmd_tasks(args) -> dict:
 def cmd_target(args) -> dict:
     import yaml
 
-    from glance.toy.world import TargetSize, TrainConfig, save_json, train_target
+    from glance.toy.config import TargetSize, TrainConfig
+    from glance.toy.soft import train_target
+    from glance.toy.world import save_json
 
     conf = yaml.safe_load(args.config.read_text(encoding="utf-8"))
     if not isinstance(conf, dict) or not isinstance(conf.get("train"), dict):

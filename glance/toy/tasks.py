@@ -14,8 +14,8 @@ context; the copied parts are read off the page and are near-deterministic.
 The tasks differ in the page, in how long each free run is and in how sharp
 its distributions are (``docs/world.md`` has the table, and why).
 
-Answers run 100 to 130 characters, far past a 16-token block. ``longform``
-(the caption at length, about 570 characters) serves the bench's length
+Answers run 108 to 149 characters, far past a 16-token block. ``longform``
+(the caption at length, about 670 characters) serves the bench's length
 curve, and ``transcribe`` (copy the page) is a training-only drill.
 
 :func:`make_example` draws one example; ``answer`` is one draw of the writer,
@@ -37,13 +37,12 @@ from pathlib import Path
 import numpy as np
 
 from glance._io import atomic_write_text
+from glance.toy.alphabet import ALPHABET
+from glance.toy.writer import default_world
 
 TASKS = ("caption", "textvqa", "infovqa", "docvqa", "chartqa")
 ROWS, COLS, CELL = 5, 16, 8
 FONT_SIZE = 8
-#: every character a page, prompt or answer may use
-ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789 .,:;!?'-=/"
-LETTERS = "abcdefghijklmnopqrstuvwxyz"
 
 WORDS = (
     "maple cedar river stone amber frost ember coral lotus pearl cloud delta "
@@ -52,14 +51,6 @@ WORDS = (
 ).split()
 ITEMS = ("figs", "pears", "limes", "plums", "dates", "kiwis", "yams", "beets")
 FIELDS = ("name", "city", "code", "date", "team")  # equal length: values line up
-
-#: The free letters' second-order table: after characters ``a, b`` the writer
-#: may use the first ``k`` letters of ``SUCCESSORS[ALPHABET.index(a),
-#: ALPHABET.index(b)]`` (:func:`glance.toy.writer.successor_rows`). A fixed
-#: constant of the world (not of a task draw): the target learns it once.
-SUCCESSORS = np.stack(
-    [np.random.default_rng([12, i]).permutation(len(LETTERS)) for i in range(len(ALPHABET) ** 2)]
-).reshape(len(ALPHABET), len(ALPHABET), len(LETTERS))
 
 
 @dataclass(frozen=True)
@@ -85,8 +76,6 @@ class Example:
         characters redrawn) and its marks."""
         if not self.parts:
             return self.answer, []
-        from glance.toy.writer import default_world
-
         return default_world().write(self.task, self.parts, rng)
 
     def sample_answer(self, rng: np.random.Generator) -> str:
@@ -181,8 +170,6 @@ def make_example(task: str, rng: np.random.Generator) -> Example:
     """Draw one example of ``task`` from ``rng``."""
     if task not in _MAKERS:
         raise ValueError(f"unknown task {task!r}; expected one of {WRITABLE} or {AUX_TASK!r}")
-    from glance.toy.writer import default_world
-
     lines, prompt, parts = _MAKERS[task](rng)
     world = default_world()
     parts = world.skeleton(task, parts)

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from glance.toy.tasks import ALPHABET, LETTERS, SUCCESSORS
+from glance.toy.alphabet import ALPHABET, LETTERS, SUCCESSORS
 
 __all__ = [
     "Knobs",
@@ -46,8 +46,8 @@ __all__ = [
 @dataclass(frozen=True)
 class Rows:
     """Every context's distribution: ``ids[a, b]`` the ``K`` letters (indices
-    into :data:`~glance.toy.tasks.LETTERS`) allowed after characters ``a, b``
-    (indices into :data:`~glance.toy.tasks.ALPHABET`), ``probs[a, b]`` their
+    into :data:`~glance.toy.alphabet.LETTERS`) allowed after characters ``a, b``
+    (indices into :data:`~glance.toy.alphabet.ALPHABET`), ``probs[a, b]`` their
     probabilities, each row summing to 1."""
 
     ids: np.ndarray  # (A, A, K) int
@@ -57,7 +57,7 @@ class Rows:
 
 def successor_rows(alpha: float, k: int = 8, seed: int = 0) -> Rows:
     """The rows of a task with concentration ``alpha`` over ``k`` letters: the
-    first ``k`` of :data:`~glance.toy.tasks.SUCCESSORS` for each context, with
+    first ``k`` of :data:`~glance.toy.alphabet.SUCCESSORS` for each context, with
     probabilities drawn from ``Dirichlet(alpha)`` by a generator seeded with
     ``[13, seed]``. Raises ``ValueError`` for ``alpha <= 0`` or ``k`` outside
     ``2..len(LETTERS)``."""
@@ -156,7 +156,7 @@ def write_marked(parts, voice: Voice, rows, rng: np.random.Generator, spaces=Non
     :class:`Rows`, or a function of the grounded part before a run of free
     words that returns the run's :class:`Rows`. Returns ``(text, marks)``:
     ``marks`` lists, for each free letter, its index in ``text``, the letters
-    it could have been (indices into :data:`~glance.toy.tasks.LETTERS`) and
+    it could have been (indices into :data:`~glance.toy.alphabet.LETTERS`) and
     their probabilities.
 
     With ``spaces`` (a :func:`space_table`), each ``None`` is one run of
