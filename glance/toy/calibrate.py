@@ -125,9 +125,10 @@ def calibrate(
 def _calibrate(knobs: Knobs, short: Short, progress, keep) -> dict:
     from glance.toy.config import HeadTrain
     from glance.toy.evaluate import evaluate_decoding
+    from glance.toy.processor import save_processor
     from glance.toy.soft import fit_target
     from glance.toy.tasks import TASKS, write_task
-    from glance.toy.world import save_processor, toy_corpus
+    from glance.toy.world import toy_corpus
     from glance.training.block import HeadConfig, train_head
 
     seconds, clock = {}, time.perf_counter()
