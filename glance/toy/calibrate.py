@@ -216,7 +216,8 @@ def main(
 ) -> dict:
     """The command's body: knobs from a JSON object (``Knobs``' fields, voices
     as ``{"task": [words, letters, beta]}``), sizes from another (``Short``'s
-    fields, ``target_steps`` for the target's), the result printed and written."""
+    fields, ``target_steps`` for the target's, ``target`` for any of its
+    :class:`~glance.toy.config.TrainConfig` fields), the result printed and written."""
     from dataclasses import replace
 
     from glance.toy.writer import Voice
@@ -230,6 +231,8 @@ def main(
     for key, name in (("target_steps", "steps"), ("init", "init")):
         if key in sizes:
             short = replace(short, target=replace(short.target, **{name: sizes.pop(key)}))
+    if "target" in sizes:  # any TrainConfig field of the short target
+        short = replace(short, target=replace(short.target, **sizes.pop("target")))
     short = replace(short, **sizes)
     torch.set_num_threads(2)
     result = calibrate(Knobs(**given), short, progress=progress, keep=keep)
