@@ -55,10 +55,12 @@ class Short:
 
 
 def _root_spread(entropies) -> dict:
+    """Mean root entropy and its IQR as the pipeline's regime table has them
+    (0.0 where no round is above the floor)."""
+    from glance.experiments.results import root_entropy_iqr
+
     h = np.asarray(entropies, dtype=np.float64)
-    above = h[h > 0.05]
-    q25, q75 = np.percentile(above, [25, 75]) if len(above) else (0.0, 0.0)
-    return {"root_entropy": float(h.mean()), "root_iqr": float(q75 - q25)}
+    return {"root_entropy": float(h.mean()), "root_iqr": root_entropy_iqr(h.tolist()) or 0.0}
 
 
 def _law(rounds) -> dict:
