@@ -143,7 +143,7 @@ def test_a_prompt_over_the_target_s_positions_exits_2_before_any_weight_loads(
     tmp_path, capsys, monkeypatch
 ):
     # A 1024x768 page is over 12,000 tokens to the toy's processor, over its
-    # 2048 positions: named from the processor and config alone, no weights read,
+    # 4096 positions: named from the processor and config alone, no weights read,
     # and from the image's header, undecoded (issue 42: an 88-megapixel image
     # cost 16 s and 6.3 GB of decoding before this refusal).
     from PIL import Image, ImageFile
@@ -164,7 +164,7 @@ def test_a_prompt_over_the_target_s_positions_exits_2_before_any_weight_loads(
     err = capsys.readouterr().err
     least = re.search(r"the prompt and image make at least (\d+) tokens", err)
     assert least and 12000 < int(least.group(1)) <= 12311, err  # 12,311 decoded
-    assert "max_new_tokens 256" in err and "max_position_embeddings 2048" in err
+    assert "max_new_tokens 256" in err and "max_position_embeddings 4096" in err
 
 
 def test_an_unreadable_image_is_named(tmp_path, capsys):

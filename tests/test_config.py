@@ -56,6 +56,8 @@ BAD = [
     ("scorer.lr=-0.1", "scorer.lr", "-0.1"),
     ("scorer.seed=-1", "scorer.seed", "-1"),
     ("decode.scored_row=maybe", "decode.scored_row", "maybe"),
+    ("target.size.family=llava", "target.size.family", "llava"),
+    ("arms.assistant.size.heads=0", "arms.assistant.size.heads", "0"),
 ]
 
 
@@ -65,7 +67,7 @@ def _cfg(*overrides):
 
 def test_defaults_and_every_target_pass():
     check_config(_cfg())
-    for target in ("qwen3_vl_8b", "qwen2_5_vl_7b"):
+    for target in ("qwen3_vl_8b", "qwen2_5_vl_7b", "toy_qwen2_5_vl"):
         check_config(_cfg(f"target={target}"))
         check_config(_cfg(f"target={target}", "head=train", "corpus=cauldron_vqav2"))
         check_config(_cfg(f"target={target}", "corpus=cauldron_localized_narratives"))

@@ -378,3 +378,16 @@ def test_the_law_table_shows_the_scorers_fit_and_the_comparison():
     assert text.count("| pooled |") == 2 and "consistency scorer's rounds" in text
     assert f"Pooled b1: {law['pooled']['b1']:.2f} without the scorer" in text
     assert "caption, chartqa without the scorer; caption, chartqa with it (the same)" in text
+
+
+def test_the_regime_reports_how_much_root_entropy_varies_among_uncertain_rounds():
+    from glance.experiments.results import regime, root_entropy_iqr
+
+    # rounds at or below 0.05 nats are left out: a copy-heavy task's many
+    # near-certain rounds would otherwise pull both quartiles to zero
+    assert root_entropy_iqr([0.0, 0.01, 0.05, 1.0, 2.0, 3.0, 4.0, 5.0]) == 2.0
+    assert root_entropy_iqr([0.0, 0.02]) is None
+    rounds = [{"system": "glance", "entropy": h, "stop": "rejection"} for h in (0.0, 1.0, 2.0)]
+    rounds += [{"system": "chain", "entropy": 9.0, "accepted": 1, "cap": 15}]
+    out = regime({"ar": [{"new_tokens": 120}]}, rounds, block=16)
+    assert out["root_entropy"] == 1.0 and out["root_entropy_iqr"] == 0.5

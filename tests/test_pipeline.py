@@ -249,8 +249,8 @@ def test_prepare_refuses_images_that_do_not_open(tmp_path, prepared, break_it, m
         ('{"image": "a.png"}', "docvqa.jsonl:2: missing field(s) ['prompt']"),
         ("not json", "docvqa.jsonl:2: not JSON"),
         (
-            json.dumps({"image": "a.png", "prompt": "a" * 2100}),
-            "docvqa.jsonl:2: prompt: 2",  # the count, then the target's positions
+            json.dumps({"image": "a.png", "prompt": "a" * 4200}),
+            "docvqa.jsonl:2: prompt: 4",  # the count, then the target's positions
         ),
     ],
 )
@@ -259,8 +259,8 @@ def test_prepare_refuses_bad_records_and_keeps_the_old_data(tmp_path, prepared, 
     good = '{"image": "a.png", "prompt": "q"}\n'
     (source / "docvqa.jsonl").write_text(good + line + "\n" + good)
     stderr = _refused(tmp_path, prepared, source, message)
-    if "2100" in line:
-        assert "exceeds the target's 2048 positions" in stderr
+    if "4200" in line:
+        assert "exceeds the target's 4096 positions" in stderr
 
 
 @pytest.mark.slow

@@ -149,27 +149,39 @@ def test_processor_matches_the_training_encoding():
     assert positions.image_grid_thw.tolist() == [[1, T.ROWS, T.COLS]]
 
 
-def test_saved_target_loads_like_a_real_checkpoint(tmp_path):
+FAMILY_FILES = {  # model class, processor class, video processor class
+    "qwen3_vl": ("Qwen3VLForConditionalGeneration", "Qwen3VLProcessor", "Qwen3VLVideoProcessor"),
+    "qwen2_5_vl": (
+        "Qwen2_5_VLForConditionalGeneration",
+        "Qwen2_5_VLProcessor",
+        "Qwen2VLVideoProcessor",
+    ),
+}
+
+
+@pytest.mark.parametrize("family", sorted(FAMILY_FILES))
+def test_saved_target_loads_like_a_real_checkpoint(tmp_path, family):
     out = tmp_path / "target"
-    log = train_target(
-        out, TrainConfig(steps=2, batch=4), TargetSize(hidden=32, layers=1), progress=False
-    )
+    size = TargetSize(hidden=32, layers=1, family=family)
+    log = train_target(out, TrainConfig(steps=2, batch=4), size, progress=False)
     assert log["steps"] == 2
     assert 0.0 <= log["agreement"]["docvqa"]["copy_top1"] <= 1.0 and "r" in log["agreement"]
+    model_name, processor_name, video_name = FAMILY_FILES[family]
     model, processor = load_target(out, dtype=torch.float32)
-    assert type(model).__name__ == "Qwen3VLForConditionalGeneration"
-    assert isinstance(processor, transformers.Qwen3VLProcessor)
+    assert type(model).__name__ == model_name
+    assert isinstance(processor, getattr(transformers, processor_name))
     image = json.loads((out / "preprocessor_config.json").read_text())
-    assert image["processor_class"] == "Qwen3VLProcessor" and image["merge_size"] == 1
+    assert image["processor_class"] == processor_name and image["merge_size"] == 1
     video = json.loads((out / "video_preprocessor_config.json").read_text())
-    assert video["video_processor_type"] == "Qwen3VLVideoProcessor"
+    assert video["video_processor_type"] == video_name
     ex = T.make_example("docvqa", np.random.default_rng(1))
     ids, pos = chat_inputs(processor, ex.prompt, T.render(ex.lines))
     assert ids[0].tolist() == Encoder(processor.tokenizer).prompt(ex.prompt)
     assert torch.equal(pos.pixel_values.float(), page_pixels(ex.lines, glyph_table()))
 
 
-def test_a_saved_target_loads_with_plain_transformers(tmp_path):
+@pytest.mark.parametrize("family", sorted(FAMILY_FILES))
+def test_a_saved_target_loads_with_plain_transformers(tmp_path, family):
     """In a fresh interpreter that never imports glance: the model through
     ``AutoModelForImageTextToText``, the tokenizer and image processor from
     their own files, and (where torchvision is installed, as Qwen3-VL's
@@ -178,19 +190,19 @@ def test_a_saved_target_loads_with_plain_transformers(tmp_path):
     import sys
 
     out = tmp_path / "target"
-    train_target(
-        out, TrainConfig(steps=1, batch=2), TargetSize(hidden=32, layers=1), progress=False
-    )
+    size = TargetSize(hidden=32, layers=1, family=family)
+    train_target(out, TrainConfig(steps=1, batch=2), size, progress=False)
+    model_name, processor_name, _ = FAMILY_FILES[family]
     code = f"""
 import importlib.util, sys, transformers as tf
 model = tf.AutoModelForImageTextToText.from_pretrained({str(out)!r})
 tok = tf.AutoTokenizer.from_pretrained({str(out)!r})
 image = tf.Qwen2VLImageProcessorPil.from_pretrained({str(out)!r})
-assert type(model).__name__ == "Qwen3VLForConditionalGeneration"
+assert type(model).__name__ == {model_name!r}
 assert tok("ab;").input_ids == tok.convert_tokens_to_ids(list("ab;"))
 assert image.merge_size == 1 and image.patch_size == 8
 if importlib.util.find_spec("torchvision") is not None:
-    assert type(tf.AutoProcessor.from_pretrained({str(out)!r})).__name__ == "Qwen3VLProcessor"
+    assert type(tf.AutoProcessor.from_pretrained({str(out)!r})).__name__ == {processor_name!r}
 assert not any(m == "glance" or m.startswith("glance.") for m in sys.modules)
 print("loaded")
 """

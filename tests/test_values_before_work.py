@@ -50,7 +50,7 @@ def _stage(*args):
 
 @pytest.fixture
 def toy_target(tmp_path) -> Path:
-    """A target stage's record pointing at the committed toy target (2048
+    """A target stage's record pointing at the committed toy target (4096
     positions, 57 tokens), so a stage finds its ``config.json``."""
     folder = tmp_path / "target"
     folder.mkdir()
@@ -132,7 +132,7 @@ def test_case_04_a_corpus_context_past_the_targets_positions_exits_before_loadin
                   f"paths.corpus={corpus}")  # fmt: skip
     assert proc.returncode != 0
     assert proc.stderr.strip().splitlines()[-1] == (
-        "corpus.context: expected at most 1343 filler tokens (the target's 2048 positions, "
+        "corpus.context: expected at most 3391 filler tokens (the target's 4096 positions, "
         "less corpus.max_new_tokens=704 and the question); got 100000"
     )
     assert not corpus.exists()

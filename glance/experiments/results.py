@@ -27,6 +27,7 @@ __all__ = [
     "efficiency",
     "read_rounds",
     "regime",
+    "root_entropy_iqr",
     "speed_ratio",
     "system_summary",
     "tau_ratio",
@@ -152,12 +153,26 @@ def speed_ratio(chain: list[dict], tree: list[dict], seed: int, resamples: int) 
     return {"estimate": est.estimate, "low": est.low, "high": est.high}
 
 
+def root_entropy_iqr(entropies, floor: float = 0.05) -> float | None:
+    """The interquartile range (nats) of the rounds' root entropy, counting
+    rounds above ``floor`` only: how much the target's uncertainty varies
+    among the rounds where it is uncertain at all (``None`` with no such round)."""
+    import numpy as np
+
+    above = [h for h in entropies if h > floor]
+    if not above:
+        return None
+    q25, q75 = np.percentile(np.asarray(above, dtype=np.float64), [25, 75])
+    return float(q75 - q25)
+
+
 def regime(measured: dict, rounds: list[dict], block: int) -> dict:
     """Where the task sits: answer lengths against the block, the target's mean
-    root entropy (GLANCE's rounds), the chain's per-offset acceptance
-    P(accept offset k | offset k reached), and the highest tau the answer
-    lengths allow (:func:`glance.core.metrics.tau_ceiling`), and the shares of
-    GLANCE's rounds by why they ended (``glance_stops``)."""
+    root entropy (GLANCE's rounds) and its spread (:func:`root_entropy_iqr`),
+    the chain's per-offset acceptance P(accept offset k | offset k reached),
+    the highest tau the answer lengths allow
+    (:func:`glance.core.metrics.tau_ceiling`), and the shares of GLANCE's
+    rounds by why they ended (``glance_stops``)."""
     from glance.core.metrics import offset_acceptance, tau_ceiling
 
     lengths = [r["new_tokens"] for r in measured["ar"]]
@@ -167,6 +182,7 @@ def regime(measured: dict, rounds: list[dict], block: int) -> dict:
         "new_tokens_per_answer": sum(lengths) / len(lengths),
         "tau_ceiling": tau_ceiling(lengths, block),
         "root_entropy": sum(r["entropy"] for r in glance_rounds) / max(1, len(glance_rounds)),
+        "root_entropy_iqr": root_entropy_iqr([r["entropy"] for r in glance_rounds]),
         # why GLANCE's rounds ended, as shares (glance.decoding.loop.STOPS)
         "glance_stops": {
             reason: sum(r.get("stop") == reason for r in glance_rounds) / max(1, len(glance_rounds))

@@ -23,7 +23,7 @@ from typing import Any
 from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from glance.toy.config import EagleWindows, TargetSize, TrainConfig
+from glance.toy.config import FAMILIES, EagleWindows, TargetSize, TrainConfig
 
 #: the largest verify budget a stage accepts: the tree search is best-first over
 #: ``budget`` nodes, and past this the verify pass is never worth its cost
@@ -533,8 +533,14 @@ def check_ranges(cfg: DictConfig) -> None:
         integer("arms.train.steps", cfg.arms.train.steps, 1)
     if cfg.arms.train.get("lr") is not None:
         number("arms.train.lr", cfg.arms.train.lr, 0, MAX_LR, open_low=True)
-    for key, n in cfg.arms.assistant.size.items():
-        integer(f"arms.assistant.size.{key}", n, 1)
+    for where in ("target.size", "arms.assistant.size"):
+        size = OmegaConf.select(cfg, where)
+        for key, n in (size or {}).items():
+            if key == "family":
+                if n not in FAMILIES:
+                    _fail(f"{where}.family", n, f"one of {', '.join(FAMILIES)}")
+            else:
+                integer(f"{where}.{key}", n, 1)
     if "task" in cfg and cfg.task is not None:
         integer("task.max_new_tokens", cfg.task.max_new_tokens, 1)
     auto_cost(cfg)

@@ -50,9 +50,9 @@ def save_figure(fig, path) -> None:
         raise
 
 
-def _num(x) -> str:
+def _num(x, digits: int = 2) -> str:
     """A figure for a label; NaN (written to JSON as null) shows as n/a."""
-    return "n/a" if x is None else f"{x:.2f}"
+    return "n/a" if x is None else f"{x:.{digits}f}"
 
 
 def main_table(summaries: dict) -> tuple[dict, str]:
@@ -110,7 +110,8 @@ def main_table(summaries: dict) -> tuple[dict, str]:
 def regime_table(summaries: dict) -> tuple[dict, str]:
     """Where each task sits (issue: a world where drafting is the bottleneck):
     answer length, the highest tau those lengths allow, the target's mean root
-    entropy, the chain's and GLANCE's tau, GLANCE's share of the ceiling, the
+    entropy and its interquartile range over rounds above 0.05 nats, the
+    chain's and GLANCE's tau, GLANCE's share of the ceiling, the
     tree/chain tau ratio with its paired interval, and the chain's per-offset
     acceptance at offsets 1, 2, 4, 8 and 15."""
     rows = {}
@@ -122,6 +123,7 @@ def regime_table(summaries: dict) -> tuple[dict, str]:
             "new_tokens_per_answer": reg.get("new_tokens_per_answer"),
             "tau_ceiling": reg.get("tau_ceiling"),
             "root_entropy": reg.get("root_entropy"),
+            "root_entropy_iqr": reg.get("root_entropy_iqr"),
             "chain_tau": s["systems"].get("chain", {}).get("tau"),
             "glance_tau": glance_tau,
             "glance_share_of_ceiling": glance_tau / reg["tau_ceiling"] if reg else None,
@@ -129,9 +131,10 @@ def regime_table(summaries: dict) -> tuple[dict, str]:
             "chain_offset_acceptance": reg.get("chain_offset_acceptance"),
         }
     lines = [
-        "| task | new tokens / answer | tau ceiling | root entropy (nats) | chain tau | "
-        "GLANCE tau | GLANCE / ceiling | tree / chain [95%] | chain P(accept k), k=1,2,4,8,15 |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| task | new tokens / answer | tau ceiling | root entropy (nats) | root entropy IQR | "
+        "chain tau | GLANCE tau | GLANCE / ceiling | tree / chain [95%] | "
+        "chain P(accept k), k=1,2,4,8,15 |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for task, r in rows.items():
         ratio_txt = _interval(r["tree_over_chain"])
@@ -139,7 +142,8 @@ def regime_table(summaries: dict) -> tuple[dict, str]:
         picks = " / ".join(_num(acc[k - 1]) if k <= len(acc) else "n/a" for k in (1, 2, 4, 8, 15))
         lines.append(
             f"| {task} | {_num(r['new_tokens_per_answer'])} | {_num(r['tau_ceiling'])} | "
-            f"{r['root_entropy']:.3f} | {_num(r['chain_tau'])} | {_num(r['glance_tau'])} | "
+            f"{r['root_entropy']:.3f} | {_num(r['root_entropy_iqr'], 3)} | "
+            f"{_num(r['chain_tau'])} | {_num(r['glance_tau'])} | "
             f"{_num(r['glance_share_of_ceiling'])} | {ratio_txt} | {picks} |"
         )
     return {"tasks": rows}, "\n".join(lines) + "\n"
@@ -154,19 +158,20 @@ def _interval(ratio) -> str:
 
 def seeds_table(draws: dict) -> tuple[dict, str]:
     """The regime rows of each task-set draw side by side: answer length, root
-    entropy, chain and GLANCE tau, and the tree/chain ratio with its interval."""
+    entropy and its interquartile range, chain and GLANCE tau, and the
+    tree/chain ratio with its interval."""
     lines = [
-        "| draw | task | new tokens / answer | root entropy | chain tau | GLANCE tau | "
-        "tree / chain [95%] |",
-        "|---|---|---|---|---|---|---|",
+        "| draw | task | new tokens / answer | root entropy | root entropy IQR | chain tau | "
+        "GLANCE tau | tree / chain [95%] |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for draw, rows in draws.items():
         for task, r in rows.items():
             ratio_txt = _interval(r["tree_over_chain"])
             lines.append(
                 f"| {draw} | {task} | {_num(r['new_tokens_per_answer'])} | "
-                f"{r['root_entropy']:.3f} | {_num(r['chain_tau'])} | {_num(r['glance_tau'])} | "
-                f"{ratio_txt} |"
+                f"{r['root_entropy']:.3f} | {_num(r.get('root_entropy_iqr'), 3)} | "
+                f"{_num(r['chain_tau'])} | {_num(r['glance_tau'])} | {ratio_txt} |"
             )
     return {"draws": draws}, "\n".join(lines) + "\n"
 

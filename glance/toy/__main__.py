@@ -42,6 +42,13 @@ def cmd_target(args) -> dict:
     train = conf["train"] | {k: v for k, v in given.items() if v is not None}
     if args.init is not None:
         train["init"] = str(args.init)
+    for item in args.set or ():
+        key, sep, value = item.partition("=")
+        if not sep or key not in TrainConfig.__dataclass_fields__:
+            raise SystemExit(
+                f"--set {item}: expected KEY=VALUE with KEY a train key of {args.config}"
+            )
+        train[key] = yaml.safe_load(value)
     cfg, size = TrainConfig(**train), TargetSize(**conf.get("size") or {})
     log = train_target(args.out, cfg, size)
     log["how"] = "python -m glance.toy " + " ".join(sys.argv[1:])
@@ -124,7 +131,9 @@ def main(argv=None) -> None:
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--n", type=int, default=40)
     p.add_argument("--seed", type=int, default=1)
-    p = sub.add_parser("target", help="train and save the tiny Qwen3-VL target")
+    p = sub.add_parser(
+        "target", help="train and save a tiny toy target (of the family its config names)"
+    )
     p.add_argument("--out", type=Path, required=True)
     p.add_argument(
         "--config",
@@ -138,6 +147,12 @@ def main(argv=None) -> None:
     p.add_argument("--lr", type=float, help="override train.lr")
     p.add_argument("--seed", type=int, help="override train.seed")
     p.add_argument("--init", type=Path, help="override train.init: start from this target")
+    p.add_argument(
+        "--set",
+        action="append",
+        metavar="KEY=VALUE",
+        help="override any train key (a YAML value: --set init=null trains from scratch)",
+    )
     p = sub.add_parser("head", help="train and save a DFlash head on the target's own answers")
     p.add_argument("--target", type=Path, required=True)
     p.add_argument("--out", type=Path, required=True)

@@ -55,10 +55,12 @@ class Short:
 
 
 def _root_spread(entropies) -> dict:
+    """Mean root entropy and its IQR as the pipeline's regime table has them
+    (0.0 where no round is above the floor)."""
+    from glance.experiments.results import root_entropy_iqr
+
     h = np.asarray(entropies, dtype=np.float64)
-    above = h[h > 0.05]
-    q25, q75 = np.percentile(above, [25, 75]) if len(above) else (0.0, 0.0)
-    return {"root_entropy": float(h.mean()), "root_iqr": float(q75 - q25)}
+    return {"root_entropy": float(h.mean()), "root_iqr": root_entropy_iqr(h.tolist()) or 0.0}
 
 
 def _law(rounds) -> dict:
@@ -216,7 +218,8 @@ def main(
 ) -> dict:
     """The command's body: knobs from a JSON object (``Knobs``' fields, voices
     as ``{"task": [words, letters, beta]}``), sizes from another (``Short``'s
-    fields, ``target_steps`` for the target's), the result printed and written."""
+    fields, ``target_steps`` for the target's, ``target`` for any of its
+    :class:`~glance.toy.config.TrainConfig` fields), the result printed and written."""
     from dataclasses import replace
 
     from glance.toy.writer import Voice
@@ -230,6 +233,8 @@ def main(
     for key, name in (("target_steps", "steps"), ("init", "init")):
         if key in sizes:
             short = replace(short, target=replace(short.target, **{name: sizes.pop(key)}))
+    if "target" in sizes:  # any TrainConfig field of the short target
+        short = replace(short, target=replace(short.target, **sizes.pop("target")))
     short = replace(short, **sizes)
     torch.set_num_threads(2)
     result = calibrate(Knobs(**given), short, progress=progress, keep=keep)

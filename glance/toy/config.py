@@ -8,16 +8,25 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+#: the toy target's model families (:mod:`glance.toy.families`)
+FAMILIES = ("qwen3_vl", "qwen2_5_vl")
+
 
 @dataclass(frozen=True)
 class TargetSize:
-    """The toy target's shape: text width, layers and heads, vision width and depth."""
+    """The toy target's shape: text width, layers and heads, vision width and
+    depth, and its model family (one of :data:`FAMILIES`)."""
 
     hidden: int = 128
     layers: int = 4
     heads: int = 4
     vision_hidden: int = 64
     vision_depth: int = 2
+    family: str = "qwen3_vl"
+
+    def __post_init__(self):
+        if self.family not in FAMILIES:
+            raise ValueError(f"family: expected one of {FAMILIES}; got {self.family!r}")
 
 
 @dataclass(frozen=True)

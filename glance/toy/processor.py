@@ -91,23 +91,28 @@ def build_processor():
     return processor(image_processor, build_tokenizer(), chat_template=CHAT_TEMPLATE)
 
 
-def save_processor(processor, folder) -> None:
-    """Write ``processor``'s files into ``folder`` as a Qwen3-VL hub checkpoint
+def save_processor(
+    processor,
+    folder,
+    processor_class: str = "Qwen3VLProcessor",
+    video_class: str = "Qwen3VLVideoProcessor",
+) -> None:
+    """Write ``processor``'s files into ``folder`` as a Qwen-VL hub checkpoint
     has them: the tokenizer, ``preprocessor_config.json`` naming
-    ``Qwen3VLProcessor``, ``video_preprocessor_config.json`` (the same patch
-    geometry; the toy has no video) and the chat template."""
+    ``processor_class``, ``video_preprocessor_config.json`` (``video_class``,
+    the same patch geometry; the toy has no video) and the chat template."""
     from glance._io import atomic_write_text
 
     folder = Path(folder)
     processor.tokenizer.save_pretrained(folder)
     processor.image_processor.save_pretrained(folder)
     image = json.loads((folder / "preprocessor_config.json").read_text(encoding="utf-8"))
-    image["processor_class"] = "Qwen3VLProcessor"
+    image["processor_class"] = processor_class
     shared = ("patch_size", "temporal_patch_size", "merge_size", "image_mean", "image_std")
     shared += ("do_rescale", "rescale_factor", "do_normalize", "do_convert_rgb", "size")
     video = {k: image[k] for k in shared} | {
-        "video_processor_type": "Qwen3VLVideoProcessor",
-        "processor_class": "Qwen3VLProcessor",
+        "video_processor_type": video_class,
+        "processor_class": processor_class,
         "do_resize": False,
         "do_sample_frames": False,
     }

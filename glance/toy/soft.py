@@ -12,6 +12,7 @@ few hundred steps (:func:`fit_target`; :func:`train_target` saves it).
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -19,9 +20,10 @@ import numpy as np
 import torch
 
 from glance.toy.config import TargetSize, TrainConfig
+from glance.toy.families import PROCESSORS, build_target, model_class
 from glance.toy.processor import build_processor, save_processor
 from glance.toy.tasks import AUX_TASK, LONG_TASK, TASKS, make_example
-from glance.toy.world import Encoder, build_target, glyph_table, make_batch
+from glance.toy.world import Encoder, glyph_table, make_batch
 from glance.toy.writer import SYMBOLS
 
 __all__ = ["entropy_agreement", "fit_target", "soft_batch", "soft_loss", "train_target"]
@@ -138,15 +140,22 @@ def fit_target(
     processor = build_processor()
     encoder = Encoder(processor.tokenizer)
     if cfg.init is not None:
-        from transformers import Qwen3VLForConditionalGeneration
-
         from glance._io import load_strict
 
+        init = Path(cfg.init)
+        try:
+            kind = json.loads((init / "config.json").read_text(encoding="utf-8"))["model_type"]
+        except (OSError, ValueError, KeyError) as err:
+            raise ValueError(
+                f"target.train.init {cfg.init}: no readable config.json ({err})"
+            ) from None
+        if kind != size.family:
+            raise ValueError(
+                f"target.train.init {cfg.init}: a {kind} checkpoint, but target.size.family "
+                f"is {size.family!r}"
+            )
         model = load_strict(
-            Qwen3VLForConditionalGeneration,
-            Path(cfg.init),
-            "target.train.init",
-            dtype=torch.float32,
+            model_class(size.family), init, "target.train.init", dtype=torch.float32
         )
         text = model.config.text_config
         if (text.hidden_size, text.num_hidden_layers) != (size.hidden, size.layers):
@@ -193,7 +202,7 @@ def train_target(
 
     def save(tmp: Path) -> None:
         model.save_pretrained(tmp)
-        save_processor(processor, tmp)
+        save_processor(processor, tmp, *PROCESSORS[(size or TargetSize()).family])
 
     replace_dir(out_dir, save, "toy target", kind="target")
     return log

@@ -18,11 +18,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from glance.toy.config import EagleWindows, HeadTrain, TargetSize
+from glance.toy.config import EagleWindows, HeadTrain
 from glance.toy.processor import (
     IMAGE_MEAN,
     IMAGE_STD,
-    PATCH,
     TEMPORAL,
     build_tokenizer,
 )
@@ -36,66 +35,6 @@ from glance.toy.tasks import (
     make_example,
     render,
 )
-
-
-def text_config(tokenizer, size: TargetSize, **rope) -> dict:
-    """The toy target's text tower for ``tokenizer``'s vocabulary, of
-    ``size``, as a config dict: what both families share (``rope``: extra
-    keys of ``rope_parameters``)."""
-    head_dim = size.hidden // size.heads
-    half = head_dim // 2
-    section = [half - 2 * (half // 3), half // 3, half // 3]
-    ids = tokenizer.convert_tokens_to_ids
-    return dict(
-        vocab_size=len(tokenizer),
-        hidden_size=size.hidden,
-        intermediate_size=2 * size.hidden,
-        num_hidden_layers=size.layers,
-        num_attention_heads=size.heads,
-        num_key_value_heads=size.heads,
-        head_dim=head_dim,
-        max_position_embeddings=2048,
-        rope_parameters={
-            "rope_type": "default",
-            "rope_theta": 100.0,
-            "mrope_section": section,
-            **rope,
-        },
-        bos_token_id=None,
-        eos_token_id=ids("<|im_end|>"),
-        pad_token_id=ids("<|endoftext|>"),
-    )
-
-
-def build_target(tokenizer, size: TargetSize | None = None, seed: int = 0):
-    """A fresh tiny ``Qwen3VLForConditionalGeneration`` for ``tokenizer``'s
-    vocabulary, of ``size`` (:class:`TargetSize`'s defaults when ``None``)."""
-    import transformers as tf
-
-    size = size or TargetSize()
-    torch.manual_seed(seed)
-    ids = tokenizer.convert_tokens_to_ids
-    config = tf.Qwen3VLConfig(
-        text_config=text_config(tokenizer, size, mrope_interleaved=True),
-        vision_config=dict(
-            depth=size.vision_depth,
-            hidden_size=size.vision_hidden,
-            intermediate_size=2 * size.vision_hidden,
-            num_heads=2,
-            patch_size=PATCH,
-            spatial_merge_size=1,
-            temporal_patch_size=TEMPORAL,
-            out_hidden_size=size.hidden,
-            num_position_embeddings=16 * 16,  # a square grid, interpolated to the page
-            deepstack_visual_indexes=[],
-        ),
-        image_token_id=ids("<|image_pad|>"),
-        video_token_id=ids("<|video_pad|>"),
-        vision_start_token_id=ids("<|vision_start|>"),
-        vision_end_token_id=ids("<|vision_end|>"),
-        tie_word_embeddings=False,
-    )
-    return tf.Qwen3VLForConditionalGeneration(config)
 
 
 def glyph_table() -> torch.Tensor:
