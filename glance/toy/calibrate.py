@@ -60,7 +60,7 @@ def _root_spread(entropies) -> dict:
     from glance.experiments.results import root_entropy_iqr
 
     h = np.asarray(entropies, dtype=np.float64)
-    return {"root_entropy": float(h.mean()), "root_iqr": root_entropy_iqr(h.tolist()) or 0.0}
+    return {"root_entropy": float(h.mean()), "root_iqr": root_entropy_iqr(h) or 0.0}
 
 
 def _law(rounds) -> dict:
