@@ -81,7 +81,8 @@ def build_target(tokenizer, size: TargetSize | None = None, seed: int = 0):
     defaults when ``None``): a Qwen3-VL, or a Qwen2.5-VL whose vision tower
     (RMSNorm, SwiGLU, 2D rotary positions, no learned position table) uses
     full attention in every block (the page is 80 patches, smaller than any
-    window)."""
+    window) and whose mRoPE sections give the page's columns the fast
+    frequencies (:func:`qwen2_5_section`)."""
     import transformers as tf
 
     size = size or TargetSize()
