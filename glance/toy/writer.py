@@ -213,13 +213,13 @@ def write_marked(
     return text, marks
 
 
-def _default_voices() -> dict:  # try 13, infovqa flatter (notes/issue43)
+def _default_voices() -> dict:  # tries 15 and 17 (notes/issue43)
     return {
         "caption": Voice(5, 3, 0.3),
         "textvqa": Voice(4, 3, 0.45),
-        "infovqa": Voice(4, 3, 0.55),
-        "docvqa": Voice(3, 3, 0.9),
-        "chartqa": Voice(2, 3, 1.2),
+        "infovqa": Voice(3, 3, 0.6),
+        "docvqa": Voice(2, 3, 0.9),
+        "chartqa": Voice(1, 3, 1.2),
     }
 
 
