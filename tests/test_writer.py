@@ -115,7 +115,7 @@ def _greedy_runs(knobs, task: str, n: int = 40) -> list:
                 for k, m in enumerate(marks)
                 if k + 1 == len(marks) or marks[k + 1][0] != m[0] + 1
             ]
-            runs += [text[a : b + 1] for a, b in zip(starts, ends)]
+            runs += [text[a : b + 1] for a, b in zip(starts, ends, strict=True)]
     return runs
 
 
