@@ -174,6 +174,7 @@ def write_marked(
     rows,
     rng: np.random.Generator,
     spaces=None,
+    *,
     min_word: int = 1,
     skip: bool = False,
 ):
@@ -303,8 +304,9 @@ class World:
         """``(text, marks)`` of :func:`write_marked` for a skeleton."""
         voice, rows = self.voice(task), self.rows(task)
         knobs = self.knobs
+        spaces = self.spaces
         return write_marked(
-            parts, voice, rows, rng, self.spaces, knobs.min_word, knobs.skip_space
+            parts, voice, rows, rng, spaces, min_word=knobs.min_word, skip=knobs.skip_space
         )
 
     def score(self, task: str, parts, text: str) -> dict:
