@@ -25,6 +25,8 @@ def row(path: Path) -> str:
     k, t = d["knobs"], d["tasks"]
     voices = ", ".join(f"{v['words']}x{v['letters']} @ {v['beta']}" for v in k["voices"].values())
     extras = [f"{key} {k[key]}" for key in ("spread", "space", "tilt") if k.get(key)]
+    extras += [f"min_word {k['min_word']}"] if k.get("min_word", 1) != 1 else []
+    extras += ["skip_space"] if k.get("skip_space") else []
     sizes = d.get("sizes") or {}
     steps, head, n = EARLY.get(path.stem) or (
         sizes["target"]["steps"],
