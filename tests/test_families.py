@@ -26,6 +26,13 @@ def test_toy_qwen2_5_vl_scores_a_toy_batch_and_keeps_the_shape():
     text = model.config.text_config
     assert (text.hidden_size, text.num_hidden_layers) == (size.hidden, size.layers)
     assert model.config.vision_config.fullatt_block_indexes == list(range(size.vision_depth))
+    # sectioned mRoPE: the columns' section is the last, so the slowest; it must
+    # still turn by a fair angle a column (0.04 rad at most under an even split)
+    section = text.rope_parameters["mrope_section"]
+    half, theta = size.hidden // size.heads // 2, text.rope_parameters["rope_theta"]
+    assert sum(section) == half
+    fastest_column = theta ** (-2 * (half - section[-1]) / (2 * half))
+    assert fastest_column > 0.25, section
     # within a few percent of the Qwen3-VL toy's parameter count: a fair second family
     ours = sum(p.numel() for p in model.parameters())
     qwen3 = build_target(processor.tokenizer, TargetSize())

@@ -97,7 +97,7 @@ def test_the_loss_is_least_when_the_model_matches_the_labels(encoder):
 def test_spread_sharpens_each_run_by_the_item_before_it():
     """With a spread, the free letters of one run share one sharpness, set by
     the last character of the grounded part before the run."""
-    from glance.toy.writer import row_entropy
+    from glance.toy.writer import letter_context, row_entropy
 
     world, ex = draw("infovqa", np.random.default_rng(2), Knobs(spread=0.8, space=0.0))
     marks = ex.marks
@@ -112,7 +112,8 @@ def test_spread_sharpens_each_run_by_the_item_before_it():
         z = world.z[ALPHABET.index(grounded[-1])]
         rows = world.sharp(round(voice.beta * float(np.exp(0.8 * z)), 6))
         for i, _, probs in run:
-            a, b = (ALPHABET.index(c) for c in ex.answer[i - 2 : i])
+            context = letter_context(ex.answer[:i], skip=True)
+            a, b = (ALPHABET.index(c) for c in context)
             assert np.array_equal(probs, rows.probs[a, b])
         betas.append(round(voice.beta * float(np.exp(0.8 * z)), 6))
     assert len(set(betas)) > 1  # items differ
@@ -122,8 +123,9 @@ def test_spread_sharpens_each_run_by_the_item_before_it():
 
 def test_free_word_breaks_make_every_position_of_a_run_a_choice():
     """With ``space``, a run is one stretch of characters whose breaks are
-    drawn too: never first, last or twice in a row, and offered (with the
-    table's probability) wherever a letter came before."""
+    drawn too: never first, last or after fewer than two letters of a word,
+    and offered (with the table's probability) wherever two letters came
+    before."""
     from glance.toy.writer import SPACE
 
     world, _ = draw("caption", np.random.default_rng(0), Knobs(space=0.3, spread=0.0))
@@ -139,9 +141,10 @@ def test_free_word_breaks_make_every_position_of_a_run_a_choice():
         for run in runs:
             text = "".join(ex.answer[i] for i, _, _ in run)
             assert not text.startswith(" ") and not text.endswith(" ") and "  " not in text
+            assert all(len(word) >= 2 for word in text.split(" ")[:-1])
             for j, (i, ids, probs) in enumerate(run):
                 has_space = SPACE in ids
-                assert has_space == (0 < j < length - 1 and ex.answer[i - 1] != " ")
+                assert has_space == (0 < j < length - 1 and " " not in ex.answer[i - 2 : i])
                 assert np.isclose(probs.sum(), 1.0)
                 if has_space:
                     offered += 1

@@ -64,13 +64,25 @@ def text_config(tokenizer, size: TargetSize, **rope) -> dict:
     )
 
 
+def qwen2_5_section(size: TargetSize) -> list[int]:
+    """The toy Qwen2.5-VL's ``mrope_section``: one frequency pair for time, a
+    fifth for rows, the rest for columns. Sectioned (not interleaved) mRoPE
+    gives the last section the slowest frequencies; an even split leaves a
+    column step of 0.04 rad or less on a 32-wide head, too little to tell
+    neighbouring glyphs apart, while a page is 16 columns and 5 rows."""
+    half = size.hidden // size.heads // 2
+    rows = max(1, half // 5)
+    return [1, rows, half - 1 - rows]
+
+
 def build_target(tokenizer, size: TargetSize | None = None, seed: int = 0):
     """A fresh tiny toy target of ``size.family`` for ``tokenizer``'s
     vocabulary, of ``size`` (:class:`~glance.toy.config.TargetSize`'s
     defaults when ``None``): a Qwen3-VL, or a Qwen2.5-VL whose vision tower
     (RMSNorm, SwiGLU, 2D rotary positions, no learned position table) uses
     full attention in every block (the page is 80 patches, smaller than any
-    window)."""
+    window) and whose mRoPE sections give the page's columns the fast
+    frequencies (:func:`qwen2_5_section`)."""
     import transformers as tf
 
     size = size or TargetSize()
@@ -95,7 +107,8 @@ def build_target(tokenizer, size: TargetSize | None = None, seed: int = 0):
     )
     if size.family == "qwen2_5_vl":
         config = tf.Qwen2_5_VLConfig(
-            text_config=text_config(tokenizer, size) | {"tie_word_embeddings": False},
+            text_config=text_config(tokenizer, size, mrope_section=qwen2_5_section(size))
+            | {"tie_word_embeddings": False},
             vision_config=vision
             | dict(window_size=PATCH * 16, fullatt_block_indexes=list(range(size.vision_depth))),
             **special,

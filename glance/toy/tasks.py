@@ -7,14 +7,14 @@ vision patch is one glyph. The question comes before the image in the prompt.
 An answer walks the page item by item (a line, a field, a value). Each item
 is a **grounded** part, copied off the page, followed by a run of **free**
 text that the writer (:mod:`glance.toy.writer`) chooses, each character from
-a distribution that depends on the two characters before it, sharpened by the
-task's voice, and word breaks free too. The free characters are where the
+a distribution that depends on the two characters before it (word breaks not
+counted), sharpened by the task's voice, and word breaks free too. The free characters are where the
 target is uncertain, by an amount that varies continuously from context to
 context; the copied parts are read off the page and are near-deterministic.
 The tasks differ in the page, in how long each free run is and in how sharp
 its distributions are (``docs/world.md`` has the table, and why).
 
-Answers run 108 to 149 characters, far past a 16-token block. ``longform``
+Answers run 108 to 133 characters, far past a 16-token block. ``longform``
 (the caption at length, about 670 characters) serves the bench's length
 curve, and ``transcribe`` (copy the page) is a training-only drill.
 
