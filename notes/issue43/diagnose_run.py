@@ -9,9 +9,9 @@ and per position in the run (first, middle, last), the Pearson r of the
 target's entropy against the writer's, both means, the target's mass on the
 characters the writer allows (``inside``), KL(writer || target) over them,
 and how often the favourites agree. ``CONTEXT`` (default 0): filler tokens
-before every question, as the context sweep puts them; ``grounded_top1`` is
-then the share of grounded answer tokens the target's favourite gets right
-(a misread under filler shows there).
+before every question, as the context sweep puts them. Per task,
+``grounded_top1`` is the share of grounded answer tokens the target's
+favourite gets right (a misread under filler shows there).
 """
 
 import json
@@ -53,7 +53,7 @@ def _rows(target_dir, pages, context=0):
                     keep = mask[r].bool() & ~free
                     g = grounded.setdefault(task, [0, 0])
                     g[0], g[1] = g[0] + int(hit[r][keep].sum()), g[1] + int(keep.sum())
-                    start, prev, k = int(mask[r].nonzero()[0]), -2, 0
+                    prev, k = -2, 0
                     for n, (i, ids, probs) in enumerate(marks):
                         k = k + 1 if i == prev + 1 else 0
                         last = n + 1 == len(marks) or marks[n + 1][0] != i + 1
