@@ -14,7 +14,7 @@ context; the copied parts are read off the page and are near-deterministic.
 The tasks differ in the page, in how long each free run is and in how sharp
 its distributions are (``docs/world.md`` has the table, and why).
 
-Answers run 108 to 133 characters, far past a 16-token block. ``longform``
+Answers run 100 to 133 characters, far past a 16-token block. ``longform``
 (the caption at length, about 670 characters) serves the bench's length
 curve, and ``transcribe`` (copy the page) is a training-only drill.
 
