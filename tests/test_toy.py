@@ -68,6 +68,24 @@ def free_letters_follow_the_writer(example) -> int:
     return score["free"]
 
 
+def test_docvqa_values_are_lexicon_words_unguessable_from_their_field():
+    """docvqa's values are distinct cvcvcvc nonce words from the fixed
+    lexicon, never a word the other tasks use, and a field's value varies
+    from page to page."""
+    import re
+
+    assert len(set(T.LEXICON)) == len(T.LEXICON) == 256
+    assert all(
+        re.fullmatch(r"([bcdfghjklmnprstvz][aeiou]){3}[bcdfghjklmnprstvz]", w) for w in T.LEXICON
+    )
+    assert not set(T.LEXICON) & (set(T.WORDS) | set(T.ITEMS) | set(T.FIELDS))
+    rng = np.random.default_rng(5)
+    pages = [T.make_example("docvqa", rng).lines for _ in range(20)]
+    for row, field in enumerate(T.FIELDS):
+        values = {page[row].split()[1] for page in pages}
+        assert values <= set(T.LEXICON) and len(values) > 10, field
+
+
 def test_answers_are_long_and_graded_by_their_free_entropy():
     from glance.toy.writer import row_entropy
 
